@@ -1,0 +1,6 @@
+"""tpubench: the same PyTorch models on CPUs, GPUs and TPUs, measured honestly.
+
+The public Python API for running a workload in your own code is :func:`workloads.load`.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""``python -m tpubench`` is the ``tpubench`` command."""
+
+from tpubench.cli import main
+
+main()

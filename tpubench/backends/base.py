@@ -1,0 +1,92 @@
+"""The interface every backend implements: where a model runs and how its time is read.
+
+Everything device-specific lives behind this interface (optimum-benchmark's backend idea),
+so a workload runs unchanged on every chip. A backend object is only ever created inside
+its worker process, so importing a heavy or crash-prone runtime never touches the parent.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str = ""
+    device_name: str = ""
+    device_count: int = 0
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+class StepTimer:
+    """Host wall-clock timing with the device drained on both sides of the timed region."""
+
+    def __init__(self, synchronize: Callable[[], None]):
+        self._synchronize = synchronize
+        self._start = 0.0
+
+    def start(self) -> None:
+        self._synchronize()
+        self._start = time.perf_counter()
+
+    def stop(self) -> float:
+        """Milliseconds since :meth:`start`, after waiting for the device."""
+        self._synchronize()
+        return (time.perf_counter() - self._start) * 1e3
+
+
+class Backend(ABC):
+    """One way of running a model: a device plus an execution mode (eager or compiled)."""
+
+    name: str
+    device_kind: str  # "cpu", "cuda" or "tpu": selects the workload's default shapes
+    description: str
+    #: Variables set in this backend's worker before Python starts. Non-TPU workers turn
+    #: off torch's device-backend autoload so an installed TPU plugin cannot alter them.
+    worker_env: dict[str, str] = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether this backend can run here, probed without side effects on the device."""
+
+    @abstractmethod
+    def device(self) -> torch.device: ...
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """Wrap the model for execution (``torch.compile`` and friends). Eager: unchanged."""
+        return model
+
+    def synchronize(self) -> None:
+        """Block until all queued device work is done."""
+
+    def timer(self) -> StepTimer:
+        return StepTimer(self.synchronize)
+
+    def compile_count(self) -> int | None:
+        """Graphs compiled so far in this process; None where the notion does not apply."""
+        return None
+
+    def compile_seconds(self) -> float | None:
+        """Time spent compiling so far in this process; None where nothing compiles."""
+        return None
+
+    def memory_capacity_bytes(self) -> int | None:
+        """Memory a run may use on this device, to refuse runs that cannot fit."""
+        return None
+
+    def reset_peak_memory(self) -> None: ...
+
+    def peak_memory_bytes(self) -> int | None:
+        return None
+
+    def extra_metrics(self) -> dict[str, Any]:
+        """Backend-specific figures stored with the run (e.g. the float32 matmul precision)."""
+        return {}

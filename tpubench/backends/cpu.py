@@ -1,0 +1,64 @@
+"""CPU backends: eager PyTorch and ``torch.compile`` (Inductor's C++ code generation)."""
+
+from __future__ import annotations
+
+import platform
+import resource
+
+import psutil
+import torch
+from torch import nn
+
+from tpubench.backends import dynamo
+from tpubench.backends.base import Availability, Backend
+
+
+def cpu_model() -> str:
+    """The processor's marketing name, e.g. "AMD EPYC 7B13", from /proc/cpuinfo when present."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    device_kind = "cpu"
+    description = "PyTorch eager on the host CPU"
+
+    def availability(self) -> Availability:
+        return Availability(True, device_name=cpu_model(), device_count=1, versions={"torch": torch.__version__})
+
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def compile_count(self) -> int | None:
+        return 0
+
+    def memory_capacity_bytes(self) -> int:
+        return psutil.virtual_memory().available
+
+    def peak_memory_bytes(self) -> int:
+        """Peak resident set size of this worker process (Linux reports KiB)."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def extra_metrics(self) -> dict[str, object]:
+        return {"num_threads": torch.get_num_threads()}
+
+
+class CpuCompileBackend(CpuBackend):
+    name = "cpu-compile"
+    description = "torch.compile (Inductor) on the host CPU"
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        return dynamo.compile_model(model)
+
+    def compile_count(self) -> int:
+        return dynamo.compile_count()
+
+    def compile_seconds(self) -> float | None:
+        return dynamo.compile_seconds()

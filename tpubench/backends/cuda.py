@@ -1,0 +1,86 @@
+"""CUDA backends: eager PyTorch and ``torch.compile`` (Inductor/Triton) on an NVIDIA GPU.
+
+Steps are timed with CUDA events recorded on the stream, so the figure is device time
+between the events, read after a synchronisation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tpubench.backends import dynamo
+from tpubench.backends.base import Availability, Backend, StepTimer
+
+
+class CudaEventTimer(StepTimer):
+    def __init__(self) -> None:
+        super().__init__(torch.cuda.synchronize)
+        self._begin = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        torch.cuda.synchronize()
+        self._begin.record()
+
+    def stop(self) -> float:
+        self._end.record()
+        torch.cuda.synchronize()
+        return float(self._begin.elapsed_time(self._end))
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    device_kind = "cuda"
+    description = "PyTorch eager on an NVIDIA GPU"
+
+    def availability(self) -> Availability:
+        if not torch.cuda.is_available():
+            reason = "torch built without CUDA" if torch.version.cuda is None else "no CUDA device"
+            return Availability(False, reason)
+        return Availability(
+            True,
+            device_name=torch.cuda.get_device_name(0),
+            device_count=torch.cuda.device_count(),
+            versions={"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                      "cudnn": str(torch.backends.cudnn.version())},
+        )
+
+    def device(self) -> torch.device:
+        return torch.device("cuda", 0)
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def timer(self) -> StepTimer:
+        return CudaEventTimer()
+
+    def compile_count(self) -> int | None:
+        return 0
+
+    def memory_capacity_bytes(self) -> int:
+        free, _total = torch.cuda.mem_get_info()
+        return free
+
+    def reset_peak_memory(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak_memory_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated()
+
+    def extra_metrics(self) -> dict[str, object]:
+        return {"float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
+class CudaCompileBackend(CudaBackend):
+    name = "cuda-compile"
+    description = "torch.compile (Inductor/Triton) on an NVIDIA GPU"
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        return dynamo.compile_model(model)
+
+    def compile_count(self) -> int:
+        return dynamo.compile_count()
+
+    def compile_seconds(self) -> float | None:
+        return dynamo.compile_seconds()

@@ -1,0 +1,110 @@
+"""The timing protocol: cold first step, warm-up until compilation settles, measured steps.
+
+Runs inside a worker process. Every timed region is bracketed by the backend's timer,
+which drains the device before starting and after stopping; nothing inside the loop
+reads a value back to the host, so the only synchronisation is the one timing needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from tpubench.backends import Backend
+from tpubench.spec import RunSpec
+from workloads import Instance
+
+PhaseCallback = Callable[[str, int, int], None]
+
+
+@dataclass
+class StepRecord:
+    step: int
+    phase: str  # "first", "warmup" or "measure"
+    step_ms: float
+    compile_count: int | None  # cumulative, after the step
+
+
+@dataclass
+class Measurement:
+    first_step_s: float
+    warmup_steps: int
+    compile_count: int | None  # after warm-up: the graphs a settled run needs
+    recompiles_after_warmup: int | None
+    compile_s: float | None
+    warmup_settled: bool
+    records: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def measured_ms(self) -> list[float]:
+        return [r.step_ms for r in self.records if r.phase == "measure"]
+
+
+def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable[[], None]:
+    """One training step (forward, backward, AdamW) or one inference forward under no_grad."""
+    workload, batch = instance.workload, instance.batch
+    if mode == "train":
+        model.train()
+        optimizer = torch.optim.AdamW(instance.model.parameters(), lr=1e-4)
+
+        def train_step() -> None:
+            workload.loss(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return train_step
+    if mode == "infer":
+        model.eval()
+
+        def infer_step() -> None:
+            with torch.no_grad():
+                workload.forward(model, batch)
+
+        return infer_step
+    raise ValueError(f"unknown mode {mode!r}; valid: train, infer")
+
+
+def run_protocol(spec: RunSpec, backend: Backend, step: Callable[[], None],
+                 on_phase: PhaseCallback = lambda phase, i, n: None) -> Measurement:
+    """Time ``step`` per the protocol in this module's docstring and return every sample."""
+    timer = backend.timer()
+    records: list[StepRecord] = []
+
+    def timed(phase: str, index: int) -> int | None:
+        timer.start()
+        step()
+        elapsed = timer.stop()
+        count = backend.compile_count()
+        records.append(StepRecord(index, phase, elapsed, count))
+        return count
+
+    before = backend.compile_count()
+    on_phase("compile", 0, 1)
+    after_first = timed("first", 0)
+    first_step_s = records[0].step_ms / 1e3
+
+    changed, previous, warm = after_first != before, after_first, 0
+    while (warm < spec.warmup or changed) and warm < spec.max_warmup:
+        on_phase("warmup", warm, max(spec.warmup, warm + 1))
+        warm += 1
+        count = timed("warmup", warm)
+        changed, previous = count != previous, count
+    settled_count = previous
+
+    for i in range(spec.steps):
+        on_phase("measure", i, spec.steps)
+        timed("measure", warm + 1 + i)
+
+    final_count = backend.compile_count()
+    recompiles = None if settled_count is None or final_count is None else final_count - settled_count
+    return Measurement(
+        first_step_s=first_step_s,
+        warmup_steps=warm,
+        compile_count=settled_count,
+        recompiles_after_warmup=recompiles,
+        compile_s=backend.compile_seconds(),
+        warmup_settled=not changed,
+        records=records,
+    )

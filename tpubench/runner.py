@@ -1,0 +1,183 @@
+"""The suite runner: plans runs, probes backends, runs each in a worker, stores every row.
+
+One invocation probes each worker interpreter once (versions, device, availability),
+then runs its specs one at a time, each in a fresh worker process. Unavailable backends
+and failed workers become rows like any other; finished rows are on disk before the
+next run starts, so Ctrl-C or a crash of the parent keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from tpubench import store
+from tpubench.backends import BACKENDS
+from tpubench.fingerprint import fingerprint, fingerprint_hash
+from tpubench.process import classify, run_worker, worker_env
+from tpubench.spec import RunSpec
+from workloads import Workload
+
+PROBE_TIMEOUT_S = 180.0
+
+
+class RunObserver(Protocol):
+    """What a front end (the CLI's progress display) hears from the runner."""
+
+    def on_start(self, index: int, total: int, spec: RunSpec) -> None: ...
+    def on_event(self, spec: RunSpec, event: dict[str, Any]) -> None: ...
+    def on_finish(self, spec: RunSpec, row: dict[str, Any]) -> None: ...
+
+
+class _Silent:
+    def on_start(self, index: int, total: int, spec: RunSpec) -> None: ...
+    def on_event(self, spec: RunSpec, event: dict[str, Any]) -> None: ...
+    def on_finish(self, spec: RunSpec, row: dict[str, Any]) -> None: ...
+
+
+def plan(workloads: Sequence[Workload], sizes: Sequence[str] | None, backends: Sequence[str],
+         modes: Sequence[str] | None, dtype: str, batch_size: int | None, seq_len: int | None,
+         **settings: Any) -> list[RunSpec]:
+    """Every (workload, size, backend, mode) combination, with per-device default shapes.
+
+    Sizes a workload does not define are skipped for that workload; modes likewise.
+    """
+    specs = []
+    for workload in workloads:
+        for size in sizes or [workload.default_size]:
+            if size not in workload.sizes:
+                continue
+            for backend in backends:
+                shape = workload.shape_for(BACKENDS[backend].device_kind)
+                for mode in modes or workload.modes:
+                    if mode not in workload.modes:
+                        continue
+                    specs.append(RunSpec(
+                        suite=workload.suite, workload=workload.name, size=size, backend=backend,
+                        mode=mode, dtype=dtype, batch_size=batch_size or shape.batch_size,
+                        seq_len=seq_len or shape.seq_len, **settings,
+                    ))
+    return specs
+
+
+def probe(python: str, backends: list[str]) -> dict[str, Any]:
+    """Ask ``python`` which of ``backends`` it can run; a failed probe marks them unavailable."""
+    env = worker_env({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    try:
+        outcome = run_worker({"kind": "probe", "backends": backends}, python=python, env=env,
+                             timeout_s=PROBE_TIMEOUT_S)
+    except OSError as error:
+        outcome_result, reason = None, f"cannot start {python}: {error}"
+    else:
+        outcome_result = outcome.result
+        last_line = (outcome.stderr_tail.strip().splitlines() or ["no output"])[-1]
+        reason = f"probe with {python} failed: {last_line}"
+    if outcome_result is not None:
+        return outcome_result
+    unavailable = {"available": False, "reason": reason, "device_name": "", "device_count": 0, "versions": {}}
+    return {"executable": python, "python_version": None, "torch_version": None,
+            "backends": {name: unavailable for name in backends}}
+
+
+@dataclass
+class SuiteRunner:
+    results_dir: Path
+    pythons: dict[str, str] = field(default_factory=dict)  # backend -> interpreter for its workers
+    tags: dict[str, str] = field(default_factory=dict)
+    resume: bool = False
+    observer: RunObserver = field(default_factory=_Silent)
+    invocation_id: str = field(default_factory=lambda: f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
+    interrupted: bool = False
+    resumed: list[RunSpec] = field(default_factory=list)
+
+    def python_for(self, backend: str) -> str:
+        return self.pythons.get(backend, sys.executable)
+
+    def probe_all(self, backends: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Each backend's probe, running one probe per distinct interpreter."""
+        by_python: dict[str, list[str]] = {}
+        for backend in dict.fromkeys(backends):
+            by_python.setdefault(self.python_for(backend), []).append(backend)
+        probes = {}
+        for python, names in by_python.items():
+            result = probe(python, names)
+            probes.update({name: result for name in names})
+        return probes
+
+    def _already_done(self) -> set[tuple]:
+        if not self.resume or not Path(self.results_dir).is_dir():
+            return set()
+        done = store.load_runs(self.results_dir, status="ok")
+        return {(row.workload, row.size, row.backend, row.mode, row.dtype, row.batch_size, row.seq_len,
+                 row.fingerprint) for row in done.itertuples()}
+
+    def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+        """Run ``specs`` in order and return their rows (also written to the store)."""
+        started_at = datetime.now(UTC)
+        writer = store.InvocationWriter(self.results_dir, self.invocation_id, started_at)
+        probes = self.probe_all([spec.backend for spec in specs])
+        facts = {}
+        for backend, probe_result in probes.items():
+            backend_env = worker_env(BACKENDS[backend].worker_env)
+            facts[backend] = fingerprint(probe_result, backend, backend_env)
+        done = self._already_done()
+        rows: list[dict[str, Any]] = []
+        for index, spec in enumerate(specs):
+            fact = facts[spec.backend]
+            if (*spec.key(), fingerprint_hash(fact)) in done:
+                self.resumed.append(spec)
+                continue
+            self.observer.on_start(index, len(specs), spec)
+            try:
+                row, steps = self._run_one(spec, probes[spec.backend]["backends"][spec.backend], fact)
+            except KeyboardInterrupt:
+                self.interrupted = True
+                break
+            writer.add(row, steps)
+            rows.append(row)
+            self.observer.on_finish(spec, row)
+        return rows
+
+    def _run_one(self, spec: RunSpec, availability: dict[str, Any],
+                 fact: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        started_at = datetime.now(UTC)
+        if not availability["available"]:
+            result = {"status": "unavailable", "error": availability["reason"]}
+        else:
+            outcome = run_worker(
+                {"kind": "run", "spec": spec.to_json()}, python=self.python_for(spec.backend),
+                env=worker_env(BACKENDS[spec.backend].worker_env), timeout_s=spec.timeout_s,
+                on_event=lambda event: self.observer.on_event(spec, event),
+            )
+            result = classify(outcome, spec.timeout_s)
+        steps = [{"run_id": spec.run_id, "invocation_id": self.invocation_id, **step}
+                 for step in result.pop("steps", [])]
+        row = {
+            "run_id": spec.run_id,
+            "invocation_id": self.invocation_id,
+            "started_at": started_at,
+            "suite": spec.suite,
+            "workload": spec.workload,
+            "size": spec.size,
+            "backend": spec.backend,
+            "device": fact["device"] or None,
+            "mode": spec.mode,
+            "dtype": spec.dtype,
+            "batch_size": spec.batch_size,
+            "seq_len": spec.seq_len,
+            "warmup_min_steps": spec.warmup,
+            **{key: fact[key] for key in ("host", "cpu_model", "device_count", "python_executable",
+                                          "python_version", "torch_version", "tpubench_version", "git_sha")},
+            "backend_versions": json.dumps(fact["backend_versions"], sort_keys=True),
+            "env": json.dumps(fact["env"], sort_keys=True),
+            "fingerprint": fingerprint_hash(fact),
+            "tags": json.dumps(self.tags, sort_keys=True),
+            **result,
+        }
+        return row, steps

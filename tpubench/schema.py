@@ -1,0 +1,82 @@
+"""The parquet schemas of the results store: the data contract (documented in docs/schema.md).
+
+Bump ``SCHEMA_VERSION`` when a column changes meaning or is removed; adding a nullable
+column needs no bump, since older files load with it null. Units are in column names.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "failed", "oom", "timeout", "crashed", "unavailable", "skipped")
+
+_string, _int, _float = pa.string(), pa.int64(), pa.float64()
+
+RUNS = pa.schema([
+    ("run_id", _string),
+    ("invocation_id", _string),
+    ("schema_version", pa.int32()),
+    ("started_at", pa.timestamp("us", tz="UTC")),
+    ("suite", _string),
+    ("workload", _string),
+    ("size", _string),
+    ("backend", _string),
+    ("device", _string),
+    ("mode", _string),
+    ("dtype", _string),
+    ("batch_size", _int),
+    ("seq_len", _int),
+    ("warmup_min_steps", _int),
+    ("status", _string),
+    ("error", _string),
+    ("stderr_tail", _string),
+    ("warnings", _string),
+    ("first_step_s", _float),
+    ("warmup_steps", _int),
+    ("measured_steps", _int),
+    ("compile_count", _int),
+    ("compile_s", _float),
+    ("recompiles_after_warmup", _int),
+    ("median_step_ms", _float),
+    ("p10_step_ms", _float),
+    ("p90_step_ms", _float),
+    ("mean_step_ms", _float),
+    ("std_step_ms", _float),
+    ("ci_low_step_ms", _float),
+    ("ci_high_step_ms", _float),
+    ("samples_per_s", _float),
+    ("tokens_per_s", _float),
+    ("flops_per_step", _float),
+    ("mfu", _float),
+    ("peak_mem_bytes", _int),
+    ("estimated_mem_bytes", _int),
+    ("param_count", _int),
+    ("backend_metrics", _string),
+    ("worker_wall_s", _float),
+    ("host", _string),
+    ("cpu_model", _string),
+    ("device_count", _int),
+    ("python_executable", _string),
+    ("python_version", _string),
+    ("torch_version", _string),
+    ("backend_versions", _string),
+    ("tpubench_version", _string),
+    ("git_sha", _string),
+    ("env", _string),
+    ("fingerprint", _string),
+    ("tags", _string),
+])
+
+STEPS = pa.schema([
+    ("run_id", _string),
+    ("invocation_id", _string),
+    ("schema_version", pa.int32()),
+    ("step", _int),
+    ("phase", _string),
+    ("step_ms", _float),
+    ("compile_count", _int),
+])
+
+TABLES = {"runs": RUNS, "steps": STEPS}

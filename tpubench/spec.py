@@ -1,0 +1,41 @@
+"""What one run is: the unit the runner isolates in a worker process and stores as a row."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (workload, size, backend, mode, dtype, batch, seq) measurement and its settings."""
+
+    suite: str
+    workload: str
+    size: str
+    backend: str
+    mode: str
+    dtype: str
+    batch_size: int
+    seq_len: int
+    warmup: int = 3
+    steps: int = 10
+    timeout_s: float = 600.0
+    max_warmup: int = 50  # warm-up gives up waiting for the compile count to settle after this
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+
+    def key(self) -> tuple:
+        """The identity ``--resume`` matches on (settings that change the measurement)."""
+        return (self.workload, self.size, self.backend, self.mode, self.dtype, self.batch_size, self.seq_len)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunSpec:
+        return cls(**data)
+
+    def label(self) -> str:
+        return f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} b{self.batch_size}xs{self.seq_len}"

@@ -1,0 +1,125 @@
+"""The parquet results store: atomic writes, Hive date partitions, forgiving reads.
+
+Layout, one file per suite invocation per table::
+
+    results/runs/date=YYYY-MM-DD/<invocation_id>.parquet
+    results/steps/date=YYYY-MM-DD/<invocation_id>.parquet
+
+An invocation rewrites its own two files after every run (temp file, then rename), so a
+crash loses at most the run in flight and a reader never sees half a file. Invocations
+never share a file, so concurrent suites in one directory lose nothing. pandas
+(``pd.read_parquet("results/runs")``), pyarrow datasets and DuckDB
+(``read_parquet('results/runs/*/*.parquet', hive_partitioning=true, union_by_name=true)``)
+read it directly; :func:`load_runs` and :func:`load_steps` add schema evolution and skip
+corrupt files with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tpubench.schema import SCHEMA_VERSION, TABLES
+
+DEFAULT_RESULTS_DIR = Path("results")
+
+
+class StoreError(Exception):
+    """A results directory that cannot be read (missing, not a directory)."""
+
+
+def partition_dir(results_dir: Path, table: str, when: datetime) -> Path:
+    return Path(results_dir) / table / f"date={when:%Y-%m-%d}"
+
+
+def write_atomic(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` so that readers see the old file or the new one, never a torn one.
+
+    The temporary name starts with a dot, which pyarrow, pandas and DuckDB globs skip.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, temporary)
+    with open(temporary, "rb+") as stream:
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)
+
+
+def to_table(rows: list[dict[str, Any]], table: str) -> pa.Table:
+    """Rows (dicts) as a table of ``table``'s schema; keys outside the schema are an error."""
+    schema = TABLES[table]
+    unknown = {key for row in rows for key in row} - set(schema.names)
+    if unknown:
+        raise ValueError(f"columns not in the {table} schema: {sorted(unknown)}")
+    stamped = [{"schema_version": SCHEMA_VERSION, **row} for row in rows]
+    return pa.Table.from_pylist(stamped, schema=schema)
+
+
+class InvocationWriter:
+    """Accumulates one invocation's rows and keeps its two files current after each run."""
+
+    def __init__(self, results_dir: Path, invocation_id: str, started_at: datetime):
+        self._paths = {name: partition_dir(results_dir, name, started_at) / f"{invocation_id}.parquet"
+                       for name in TABLES}
+        self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        return dict(self._paths)
+
+    def add(self, run: dict[str, Any], steps: Iterable[dict[str, Any]] = ()) -> None:
+        self._rows["runs"].append(run)
+        self._rows["steps"].extend(steps)
+        for name, path in self._paths.items():
+            write_atomic(to_table(self._rows[name], name), path)
+
+
+def parquet_files(results_dir: Path, table: str) -> list[Path]:
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise StoreError(f"results directory {str(results_dir)!r} does not exist")
+    return sorted((results_dir / table).glob("date=*/*.parquet"))
+
+
+def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
+    """Every file of ``table`` under ``results_dir`` as one DataFrame, filtered by column values.
+
+    A filter value may be a scalar (equality) or a list/tuple/set (membership). Files from
+    older schema versions load with the newer columns null; an unreadable file is named
+    in a warning and skipped.
+    """
+    schema = TABLES[table]
+    unknown = set(filters) - set(schema.names)
+    if unknown:
+        raise ValueError(f"cannot filter on {sorted(unknown)}; columns: {', '.join(schema.names)}")
+    pieces = [schema.empty_table()]
+    for path in parquet_files(results_dir, table):
+        try:
+            pieces.append(pq.read_table(path))
+        except (pa.ArrowException, OSError) as error:
+            warnings.warn(f"skipping unreadable results file {path}: {error}", stacklevel=2)
+    frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
+    for column, wanted in filters.items():
+        if isinstance(wanted, (list, tuple, set, frozenset)):
+            frame = frame[frame[column].isin(list(wanted))]
+        else:
+            frame = frame[frame[column] == wanted]
+    return frame.reset_index(drop=True)
+
+
+def load_runs(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """One row per run; e.g. ``load_runs("results", workload="gpt2", status="ok")``."""
+    return load_table(results_dir, "runs", **filters)
+
+
+def load_steps(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """One row per timed step; e.g. ``load_steps("results", run_id=ids, phase="measure")``."""
+    return load_table(results_dir, "steps", **filters)

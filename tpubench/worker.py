@@ -1,0 +1,145 @@
+"""The worker process: runs one probe or one measurement and reports over a pipe.
+
+Started by :mod:`tpubench.runner` as ``python -m tpubench.worker --channel-fd N`` with a
+JSON request on stdin. It writes JSON lines to file descriptor N: ``phase`` events while
+it works and one final ``result``. stdout and stderr are free for the libraries' own
+chatter; the parent keeps their tail for failed rows. A crash or hang here costs only
+this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from tpubench import peaks
+from tpubench.backends import BACKENDS, get_backend
+from tpubench.measure import make_step, run_protocol
+from tpubench.spec import RunSpec
+from tpubench.stats import summarize
+from workloads import build, get_workload
+
+
+class Channel:
+    """Line-delimited JSON to the parent, flushed per message so progress is live."""
+
+    def __init__(self, fd: int):
+        self._stream = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, event: str, **payload: Any) -> None:
+        self._stream.write(json.dumps({"event": event, **payload}) + "\n")
+
+
+def probe(backends: list[str]) -> dict[str, Any]:
+    """This interpreter's versions and each backend's availability, without running a model."""
+    found = {}
+    for name in backends:
+        try:
+            found[name] = asdict(get_backend(name).availability())
+        except Exception as error:  # a broken runtime makes a backend unavailable, not the probe fail
+            found[name] = {"available": False, "reason": f"{type(error).__name__}: {error}",
+                           "device_name": "", "device_count": 0, "versions": {}}
+    return {
+        "executable": sys.executable,
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+        "backends": found,
+    }
+
+
+def _is_oom(error: BaseException) -> bool:
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(error).lower()
+
+
+def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
+    """Build, check the memory estimate, time, and summarise one run into a result row."""
+    backend = get_backend(spec.backend)
+    availability = backend.availability()
+    if not availability.available:
+        return {"status": "unavailable", "error": availability.reason}
+
+    workload = get_workload(spec.workload)
+    config = workload.config(spec.size)
+    dtype = getattr(torch, spec.dtype)
+    estimate = workload.estimate_memory_bytes(config, spec.batch_size, spec.seq_len, spec.mode, dtype)
+    capacity = backend.memory_capacity_bytes()
+    row: dict[str, Any] = {"device": availability.device_name, "estimated_mem_bytes": estimate}
+    if capacity is not None and estimate > capacity:
+        return {**row, "status": "skipped",
+                "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
+                         f"available on {availability.device_name or spec.backend}"}
+
+    channel.send("phase", phase="build", step=0, of=1)
+    instance = build(workload, spec.size, device=backend.device(), dtype=dtype,
+                     batch_size=spec.batch_size, seq_len=spec.seq_len)
+    backend.reset_peak_memory()
+    step = make_step(instance, backend.prepare(instance.model), spec.mode)
+    measured = run_protocol(spec, backend, step,
+                            lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n))
+
+    summary = summarize(measured.measured_ms)
+    step_s = summary.median / 1e3
+    flops = workload.flops(config, spec.batch_size, spec.seq_len, spec.mode)
+    extra = backend.extra_metrics()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mfu = peaks.mfu(flops, step_s, availability.device_name, spec.dtype,
+                        extra.get("float32_matmul_precision", "highest"))
+    notes = [str(w.message) for w in caught]
+    if not measured.warmup_settled:
+        notes.append(f"compile count still changing after {measured.warmup_steps} warm-up steps")
+    return {
+        **row,
+        "status": "ok",
+        "first_step_s": measured.first_step_s,
+        "warmup_steps": measured.warmup_steps,
+        "measured_steps": summary.n,
+        "compile_count": measured.compile_count,
+        "compile_s": measured.compile_s,
+        "recompiles_after_warmup": measured.recompiles_after_warmup,
+        **summary.as_columns("step", "ms"),
+        "samples_per_s": spec.batch_size / step_s,
+        "tokens_per_s": spec.batch_size * spec.seq_len / step_s,
+        "flops_per_step": flops,
+        "mfu": mfu,
+        "peak_mem_bytes": backend.peak_memory_bytes(),
+        "param_count": sum(p.numel() for p in instance.model.parameters()),
+        "backend_metrics": json.dumps(extra, sort_keys=True),
+        "warnings": "\n".join(notes) or None,
+        "steps": [asdict(r) for r in measured.records],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--channel-fd", type=int, required=True)
+    args = parser.parse_args()
+    channel = Channel(args.channel_fd)
+    request = json.load(sys.stdin)
+    if request["kind"] == "probe":
+        channel.send("result", result=probe(request.get("backends") or list(BACKENDS)))
+        return
+    spec = RunSpec.from_json(request["spec"])
+    started = time.perf_counter()
+    try:
+        result = measure(spec, channel)
+    except Exception as error:
+        traceback.print_exc()
+        status = "oom" if _is_oom(error) else "failed"
+        result = {"status": status, "error": f"{type(error).__name__}: {error}"}
+    result["worker_wall_s"] = time.perf_counter() - started
+    channel.send("result", result=result)
+
+
+if __name__ == "__main__":
+    main()

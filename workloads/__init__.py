@@ -1,0 +1,54 @@
+"""The workload registry: every benchmark model, by name, and the suites that group them.
+
+One module per model declares a ``WORKLOAD``; adding a model means adding a module and
+one line to ``_BUILTIN``. Extra modules named in ``TPUBENCH_WORKLOAD_MODULES``
+(comma-separated import paths, each exposing ``WORKLOAD`` or ``WORKLOADS``) are
+registered too, so users and tests add workloads without editing this package; the
+variable reaches every worker process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from workloads import gpt2, llama3
+from workloads.base import MODES, Instance, Shape, Workload, build
+
+__all__ = ["MODES", "Instance", "Shape", "Workload", "build", "get_workload", "load", "registry", "suites"]
+
+_BUILTIN = (gpt2.WORKLOAD, llama3.WORKLOAD)
+PLUGIN_ENV = "TPUBENCH_WORKLOAD_MODULES"
+
+
+def registry() -> dict[str, Workload]:
+    """All workloads by name: the built-in ones, then any plugin modules'."""
+    found = {w.name: w for w in _BUILTIN}
+    for module_name in filter(None, (m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(","))):
+        module = importlib.import_module(module_name)
+        extra = getattr(module, "WORKLOADS", None) or (module.WORKLOAD,)
+        found.update({w.name: w for w in extra})
+    return found
+
+
+def suites() -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for workload in registry().values():
+        grouped.setdefault(workload.suite, []).append(workload.name)
+    return grouped
+
+
+def get_workload(name: str) -> Workload:
+    workloads = registry()
+    if name not in workloads:
+        raise KeyError(f"unknown workload {name!r}; valid: {', '.join(workloads)}")
+    return workloads[name]
+
+
+def load(name: str, size: str | None = None, **kwargs) -> Instance:
+    """Build a registered workload by name; see :func:`workloads.base.build` for options.
+
+    >>> inst = load("gpt2", "tiny", device="cpu")
+    >>> inst.loss().backward()
+    """
+    return build(get_workload(name), size, **kwargs)

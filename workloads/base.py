@@ -1,0 +1,124 @@
+"""What a workload declares, and the device-free pieces every backend builds on.
+
+A workload never knows which chip it runs on: it builds a module and a seeded synthetic
+batch on whatever ``device`` it is handed, and says how many FLOPs one step costs. The
+backends (``tpubench.backends``) decide everything device-specific.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+MODES = ("train", "infer")
+DEVICE_KINDS = ("cpu", "cuda", "tpu")
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The per-device-kind defaults a workload runs at unless the user overrides them."""
+
+    batch_size: int
+    seq_len: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark model, declared once for every backend (TorchBench's ``Model`` idea).
+
+    ``sizes`` maps a size name (``tiny``, ``124m``...) to the config object that
+    ``build_model`` takes. ``loss`` runs the model on a batch and returns a scalar loss;
+    ``forward`` runs inference. ``flops`` is the analytic count for one step, checked
+    against ``torch.utils.flop_counter`` in the tests.
+    """
+
+    name: str
+    suite: str
+    family: str
+    description: str
+    sizes: Mapping[str, Any]
+    default_size: str
+    default_shape: Mapping[str, Shape]
+    build_model: Callable[[Any], nn.Module]
+    make_batch: Callable[[Any, int, int, torch.Generator], Batch]
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    forward: Callable[[nn.Module, Batch], Any]
+    flops: Callable[[Any, int, int, str], float]
+    estimate_memory_bytes: Callable[[Any, int, int, str, torch.dtype], int]
+    modes: tuple[str, ...] = MODES
+    max_seq_len: Callable[[Any], int] = field(default=lambda config: 2**31)
+
+    def config(self, size: str) -> Any:
+        if size not in self.sizes:
+            raise KeyError(
+                f"unknown size {size!r} for workload {self.name!r}; "
+                f"valid: {', '.join(self.sizes)}"
+            )
+        return self.sizes[size]
+
+    def shape_for(self, device_kind: str) -> Shape:
+        return self.default_shape.get(device_kind, self.default_shape["cpu"])
+
+
+@dataclass
+class Instance:
+    """A built workload: the model and its synthetic batch, ready to step."""
+
+    workload: Workload
+    size: str
+    model: nn.Module
+    batch: Batch
+    batch_size: int
+    seq_len: int
+
+    def loss(self) -> torch.Tensor:
+        return self.workload.loss(self.model, self.batch)
+
+    def forward(self) -> Any:
+        return self.workload.forward(self.model, self.batch)
+
+
+def build(
+    workload: Workload,
+    size: str | None = None,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+    seed: int = 0,
+) -> Instance:
+    """Build ``workload`` at ``size`` on ``device``: random weights, seeded synthetic data.
+
+    The model is built on the CPU from a fixed seed and then moved, so every backend
+    starts from bit-identical weights and inputs.
+    """
+    size = size or workload.default_size
+    config = workload.config(size)
+    device = torch.device(device)
+    shape = workload.shape_for(device.type if device.type in DEVICE_KINDS else "tpu")
+    batch_size = batch_size or shape.batch_size
+    seq_len = seq_len or shape.seq_len
+    if seq_len > workload.max_seq_len(config):
+        raise ValueError(
+            f"seq_len {seq_len} exceeds {workload.name}/{size}'s context of "
+            f"{workload.max_seq_len(config)}"
+        )
+    torch.manual_seed(seed)
+    model = workload.build_model(config).to(dtype=dtype)
+    generator = torch.Generator().manual_seed(seed)
+    batch = workload.make_batch(config, batch_size, seq_len, generator)
+    return Instance(
+        workload=workload,
+        size=size,
+        model=model.to(device),
+        batch={k: v.to(device) for k, v in batch.items()},
+        batch_size=batch_size,
+        seq_len=seq_len,
+    )

@@ -1,0 +1,90 @@
+"""GPT-2-style decoder (learned positions, LayerNorm, GELU MLP, tied LM head).
+
+Sizes use the dimensions published with GPT-2 (Radford et al., 2019): 124M, 355M, 774M
+and 1.5B, with a 50257-token vocabulary and a 1024-token context.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workloads import llm
+from workloads.base import Shape, Workload
+from workloads.llm import DecoderConfig
+
+
+def _gpt2(n_layer: int, n_head: int, d_model: int) -> DecoderConfig:
+    return DecoderConfig(
+        n_layer, n_head, d_model, 4 * d_model, vocab_size=50257, max_seq_len=1024, tied_embeddings=True
+    )
+
+
+SIZES = {
+    "tiny": DecoderConfig(
+        n_layer=2, n_head=4, d_model=128, d_ff=512, vocab_size=2048, max_seq_len=1024, tied_embeddings=True
+    ),
+    "124m": _gpt2(12, 12, 768),
+    "355m": _gpt2(24, 16, 1024),
+    "774m": _gpt2(36, 20, 1280),
+    "1.5b": _gpt2(48, 25, 1600),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.ln_2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, config.d_ff),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(config.d_ff, config.d_model),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, dim = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(dim, dim=2)
+        q, k, v = (t.view(batch, seq, self.n_head, dim // self.n_head).transpose(1, 2) for t in (q, k, v))
+        attended = llm.causal_attention(q, k, v).transpose(1, 2).reshape(batch, seq, dim)
+        x = x + self.proj(attended)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.position_embedding = nn.Embedding(config.max_seq_len, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.token_embedding.weight
+        self.register_buffer("positions", torch.arange(config.max_seq_len), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.token_embedding(input_ids) + self.position_embedding(self.positions[: input_ids.shape[1]])
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+WORKLOAD = Workload(
+    name="gpt2",
+    suite="llm",
+    family="gpt",
+    description="GPT-2-style decoder: LayerNorm, GELU MLP, learned positions, tied LM head",
+    sizes=SIZES,
+    default_size="tiny",
+    default_shape={"cpu": Shape(4, 128), "cuda": Shape(8, 1024), "tpu": Shape(8, 1024)},
+    build_model=GPT2,
+    make_batch=llm.make_tokens,
+    loss=llm.next_token_loss,
+    forward=llm.logits,
+    flops=llm.decoder_flops,
+    estimate_memory_bytes=llm.estimate_memory_bytes,
+    max_seq_len=lambda config: config.max_seq_len,
+)

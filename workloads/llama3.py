@@ -1,0 +1,130 @@
+"""Llama-3-style decoder: RMSNorm, rotary positions, SwiGLU and grouped-query attention.
+
+Sizes use Meta's published Llama 3.x dimensions: 1b and 3b are Llama 3.2 (tied
+embeddings), 8b is Llama 3.1. All share the 128256-token vocabulary and RoPE base 500000.
+Llama 3.1's long-context frequency rescaling changes no shape or FLOP and is left out.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workloads import llm
+from workloads.base import Shape, Workload
+from workloads.llm import DecoderConfig
+
+ROPE_THETA = 500_000.0
+VOCAB = 128_256
+CONTEXT = 131_072
+
+SIZES = {
+    "tiny": DecoderConfig(
+        n_layer=2, n_head=4, n_kv_head=2, d_model=128, d_ff=384, vocab_size=2048,
+        max_seq_len=CONTEXT, gated_mlp=True, tied_embeddings=True,
+    ),
+    "1b": DecoderConfig(
+        n_layer=16, n_head=32, n_kv_head=8, d_model=2048, d_ff=8192, vocab_size=VOCAB,
+        max_seq_len=CONTEXT, gated_mlp=True, tied_embeddings=True,
+    ),
+    "3b": DecoderConfig(
+        n_layer=28, n_head=24, n_kv_head=8, d_model=3072, d_ff=8192, vocab_size=VOCAB,
+        max_seq_len=CONTEXT, gated_mlp=True, tied_embeddings=True,
+    ),
+    "8b": DecoderConfig(
+        n_layer=32, n_head=32, n_kv_head=8, d_model=4096, d_ff=14336, vocab_size=VOCAB,
+        max_seq_len=CONTEXT, gated_mlp=True,
+    ),
+}
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding on (B, H, S, D), pairing the two halves of the head dimension."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+
+def rope_tables(seq_len: int, head_dim: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin for positions 0..seq_len-1, computed in float32 then cast (bf16 angles drift)."""
+    inverse = ROPE_THETA ** -(torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inverse)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
+        self.q = nn.Linear(config.d_model, config.n_head * config.head_dim, bias=False)
+        self.k = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
+        self.v = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
+        self.o = nn.Linear(config.n_head * config.head_dim, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.q(x).view(batch, seq, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
+        attended = llm.causal_attention(rotate(q, cos, sin), rotate(k, cos, sin), v)
+        return self.o(attended.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(config.d_model, eps=1e-5)
+        self.attention = Attention(config)
+        self.ffn_norm = nn.RMSNorm(config.d_model, eps=1e-5)
+        self.ffn = SwiGLU(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Llama3(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.head_dim = config.head_dim
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm = nn.RMSNorm(config.d_model, eps=1e-5)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tied_embeddings:
+            self.lm_head.weight = self.token_embedding.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.token_embedding(input_ids)
+        cos, sin = rope_tables(input_ids.shape[1], self.head_dim, x.device, x.dtype)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+WORKLOAD = Workload(
+    name="llama3",
+    suite="llm",
+    family="llama",
+    description="Llama-3-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention",
+    sizes=SIZES,
+    default_size="tiny",
+    default_shape={"cpu": Shape(4, 128), "cuda": Shape(4, 2048), "tpu": Shape(4, 2048)},
+    build_model=Llama3,
+    make_batch=llm.make_tokens,
+    loss=llm.next_token_loss,
+    forward=llm.logits,
+    flops=llm.decoder_flops,
+    estimate_memory_bytes=llm.estimate_memory_bytes,
+    max_seq_len=lambda config: config.max_seq_len,
+)

@@ -1,0 +1,107 @@
+"""What GPT- and Llama-style decoders share: config, synthetic tokens, loss, FLOPs, memory.
+
+Both decoders are plain PyTorch with static shapes (no data-dependent control flow), so
+XLA compiles each (batch, sequence) shape once and never again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.base import Batch
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    n_layer: int
+    n_head: int
+    d_model: int
+    d_ff: int
+    vocab_size: int
+    max_seq_len: int
+    n_kv_head: int | None = None  # None: plain multi-head attention
+    gated_mlp: bool = False  # SwiGLU has three FFN matrices, GELU MLP two
+    tied_embeddings: bool = False  # the LM head reuses the token embedding
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def matmul_params_per_layer(self) -> int:
+        kv_dim = self.kv_heads * self.head_dim
+        attention = 2 * self.d_model * self.d_model + 2 * self.d_model * kv_dim
+        ffn = (3 if self.gated_mlp else 2) * self.d_model * self.d_ff
+        return attention + ffn
+
+
+def make_tokens(config: DecoderConfig, batch_size: int, seq_len: int, generator: torch.Generator) -> Batch:
+    """Uniform random token ids; targets are the inputs shifted by one, as in pre-training."""
+    tokens = torch.randint(0, config.vocab_size, (batch_size, seq_len + 1), generator=generator)
+    return {"input_ids": tokens[:, :-1].contiguous(), "targets": tokens[:, 1:].contiguous()}
+
+
+def next_token_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    logits = model(batch["input_ids"])
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch["targets"].flatten())
+
+
+def logits(model: nn.Module, batch: Batch) -> torch.Tensor:
+    return model(batch["input_ids"])
+
+
+def decoder_flops(config: DecoderConfig, batch_size: int, seq_len: int, mode: str) -> float:
+    """Matmul FLOPs of one step, counted the way ``torch.utils.flop_counter`` counts them.
+
+    Forward: 2 FLOPs per multiply-add over every projection and the LM head, plus the two
+    attention matmuls (QK^T and AV) over the full S x S score matrix (SDPA's math counts
+    the masked half too). Backward costs twice the forward. Elementwise work and the
+    optimizer step are not counted, the convention MFU figures use.
+    """
+    tokens = batch_size * seq_len
+    projections = 2 * tokens * (config.n_layer * config.matmul_params_per_layer() + config.d_model * config.vocab_size)
+    attention = config.n_layer * 4 * batch_size * seq_len * seq_len * config.d_model
+    forward = projections + attention
+    return float(3 * forward if mode == "train" else forward)
+
+
+def parameter_count(config: DecoderConfig) -> int:
+    """Weights, ignoring norms, biases and learned positions (< 1% at every published size)."""
+    embeddings = config.vocab_size * config.d_model
+    lm_head = 0 if config.tied_embeddings else embeddings
+    return config.n_layer * config.matmul_params_per_layer() + embeddings + lm_head
+
+
+def estimate_memory_bytes(config: DecoderConfig, batch_size: int, seq_len: int, mode: str, dtype: torch.dtype) -> int:
+    """A deliberately generous estimate, used only to refuse runs that cannot fit.
+
+    Train keeps weights, gradients and two AdamW moments, plus every layer's activations
+    (about 10 d + 4 d_ff values per token and the S x S attention scores per head) and
+    float32 logits three times over (logits, softmax, gradient). Inference keeps the
+    weights, one layer's activations and the logits.
+    """
+    element = torch.finfo(dtype).bits // 8
+    params = parameter_count(config)
+    tokens = batch_size * seq_len
+    layer_activations = tokens * (10 * config.d_model + 4 * config.d_ff) * element
+    layer_activations += batch_size * config.n_head * seq_len * seq_len * element
+    logits_bytes = 3 * tokens * config.vocab_size * 4
+    if mode == "train":
+        return 4 * params * element + config.n_layer * layer_activations + logits_bytes
+    return params * element + layer_activations + logits_bytes
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(B, H, S, D) causal attention; grouped KV heads are repeated to match the queries."""
+    if k.shape[1] != q.shape[1]:
+        repeat = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(repeat, dim=1)
+        v = v.repeat_interleave(repeat, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
