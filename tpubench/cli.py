@@ -26,8 +26,12 @@ from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR
 from workloads import MODES, Workload, registry, suites
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Benchmark the same PyTorch models on CPU, GPU and TPU backends.")
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Benchmark the same PyTorch models on CPU, GPU and TPU backends.",
+)
 # Piped output (CI logs, README examples) is not squeezed into 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -77,10 +81,18 @@ def list_workloads(
 ) -> None:
     """List the workloads with their suite, family, sizes, modes and default shapes."""
     entries = [
-        {"name": w.name, "suite": w.suite, "family": w.family, "description": w.description,
-         "sizes": list(w.sizes), "default_size": w.default_size, "modes": list(w.modes),
-         "default_shape": {kind: {"batch_size": s.batch_size, "seq_len": s.seq_len}
-                           for kind, s in w.default_shape.items()}}
+        {
+            "name": w.name,
+            "suite": w.suite,
+            "family": w.family,
+            "description": w.description,
+            "sizes": list(w.sizes),
+            "default_size": w.default_size,
+            "modes": list(w.modes),
+            "default_shape": {
+                kind: {"batch_size": s.batch_size, "seq_len": s.seq_len} for kind, s in w.default_shape.items()
+            },
+        }
         for w in _select_workloads(suite, None)
     ]
     if as_json:
@@ -109,8 +121,12 @@ def show_env(
         "git_sha": git_sha(),
         **host_facts(),
         "backends": {
-            name: {**probe["backends"][name], "python": probe["executable"],
-                   "python_version": probe["python_version"], "torch_version": probe["torch_version"]}
+            name: {
+                **probe["backends"][name],
+                "python": probe["executable"],
+                "python_version": probe["python_version"],
+                "torch_version": probe["torch_version"],
+            }
             for name, probe in probes.items()
         },
     }
@@ -124,7 +140,9 @@ def show_env(
         table.add_column(header)
     for name, entry in info["backends"].items():
         table.add_row(
-            name, "yes" if entry["available"] else "no", entry["device_name"] or "-",
+            name,
+            "yes" if entry["available"] else "no",
+            entry["device_name"] or "-",
             str(entry["device_count"] or "-"),
             f"{entry['python_version'] or '?'} / {entry['torch_version'] or '?'}",
             ", ".join(f"{k} {v}" for k, v in entry["versions"].items()) or "-",
@@ -146,14 +164,17 @@ class ProgressObserver:
 
     def on_event(self, spec: RunSpec, event: dict[str, Any]) -> None:
         phase, step, of = event["phase"], event["step"], event["of"]
-        label = {"build": "building", "compile": "first step (compile)", "warmup": "warm-up",
-                 "measure": "measure"}.get(phase, phase)
+        label = {"build": "building", "compile": "first step (compile)", "warmup": "warm-up", "measure": "measure"}.get(
+            phase, phase
+        )
         self.progress.update(self.current, description=f"{spec.label()}: {label}", completed=step, total=of)
 
     def on_finish(self, spec: RunSpec, row: dict[str, Any]) -> None:
         self.progress.advance(self.overall)
-        self.progress.console.print(f"  {spec.label()}: {row['status']}"
-                                    + (f"  median {row['median_step_ms']:.2f} ms" if row["status"] == "ok" else ""))
+        self.progress.console.print(
+            f"  {spec.label()}: {row['status']}"
+            + (f"  median {row['median_step_ms']:.2f} ms" if row["status"] == "ok" else "")
+        )
 
 
 @app.command("run")
@@ -183,17 +204,35 @@ def run(
     chosen_sizes = _choose("size", size, all_sizes)
     for w in chosen_workloads:
         if seq_len and seq_len > w.max_seq_len(w.config(chosen_sizes[0] if chosen_sizes else w.default_size)):
-            raise BadInput(f"--seq-len {seq_len} exceeds {w.name}'s context; choose at most "
-                           f"{w.max_seq_len(w.config(w.default_size))}")
-    runner = SuiteRunner(results_dir=results, pythons=_pythons(python), tags=_key_values("--tag", tag),
-                         resume=resume)
+            raise BadInput(
+                f"--seq-len {seq_len} exceeds {w.name}'s context; choose at most "
+                f"{w.max_seq_len(w.config(w.default_size))}"
+            )
+    runner = SuiteRunner(results_dir=results, pythons=_pythons(python), tags=_key_values("--tag", tag), resume=resume)
     if not chosen_backends:
         probes = runner.probe_all(list(BACKENDS))
         chosen_backends = [name for name, probe in probes.items() if probe["backends"][name]["available"]]
-    specs = plan(chosen_workloads, chosen_sizes, chosen_backends, chosen_modes, dtype, batch_size, seq_len,
-                 warmup=warmup, steps=steps, timeout_s=timeout)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    specs = plan(
+        chosen_workloads,
+        chosen_sizes,
+        chosen_backends,
+        chosen_modes,
+        dtype,
+        batch_size,
+        seq_len,
+        warmup=warmup,
+        steps=steps,
+        timeout_s=timeout,
+    )
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         runner.observer = ProgressObserver(progress, len(specs))
         rows = runner.run(specs)
     if runner.resumed:

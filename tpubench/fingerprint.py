@@ -20,8 +20,19 @@ from tpubench import __version__
 #: Variables that change what a run measures: XLA/PJRT/TPU runtime flags, threading,
 #: compiler and allocator settings, device visibility.
 PERF_ENV_PREFIXES = (
-    "XLA_", "PJRT_", "LIBTPU_", "TPU_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "OMP_",
-    "MKL_", "KMP_", "OPENBLAS_", "CUDA_", "NCCL_",
+    "XLA_",
+    "PJRT_",
+    "LIBTPU_",
+    "TPU_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS_",
+    "CUDA_",
+    "NCCL_",
 )
 
 
@@ -34,10 +45,16 @@ def git_sha() -> str | None:
     """The commit of the tree tpubench runs from, suffixed ``+dirty`` when edited; None outside git."""
     root = Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{sha}+dirty" if dirty else sha

@@ -66,8 +66,9 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
     raise ValueError(f"unknown mode {mode!r}; valid: train, infer")
 
 
-def run_protocol(spec: RunSpec, backend: Backend, step: Callable[[], None],
-                 on_phase: PhaseCallback = lambda phase, i, n: None) -> Measurement:
+def run_protocol(
+    spec: RunSpec, backend: Backend, step: Callable[[], None], on_phase: PhaseCallback = lambda phase, i, n: None
+) -> Measurement:
     """Time ``step`` per the protocol in this module's docstring and return every sample."""
     timer = backend.timer()
     records: list[StepRecord] = []

@@ -65,8 +65,9 @@ def peak_flops(device_name: str, dtype: str, float32_matmul_precision: str = "hi
     return peak.flops[key]
 
 
-def mfu(flops_per_step: float, step_seconds: float, device_name: str, dtype: str,
-        float32_matmul_precision: str = "highest") -> float | None:
+def mfu(
+    flops_per_step: float, step_seconds: float, device_name: str, dtype: str, float32_matmul_precision: str = "highest"
+) -> float | None:
     """Model FLOPs utilisation: achieved FLOP/s over the chip's peak for that dtype."""
     peak = peak_flops(device_name, dtype, float32_matmul_precision)
     if peak is None or step_seconds <= 0:

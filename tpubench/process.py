@@ -8,6 +8,7 @@ propagates, so the suite can save what it has.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -49,8 +50,14 @@ def worker_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def run_worker(request: dict[str, Any], *, python: str, env: dict[str, str], timeout_s: float,
-               on_event: Callable[[dict[str, Any]], None] = lambda event: None) -> Outcome:
+def run_worker(
+    request: dict[str, Any],
+    *,
+    python: str,
+    env: dict[str, str],
+    timeout_s: float,
+    on_event: Callable[[dict[str, Any]], None] = lambda event: None,
+) -> Outcome:
     """Run ``python -m tpubench.worker`` on ``request`` and wait at most ``timeout_s``."""
     read_fd, write_fd = os.pipe()
     started = time.perf_counter()
@@ -60,8 +67,13 @@ def run_worker(request: dict[str, Any], *, python: str, env: dict[str, str], tim
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 [python, "-m", "tpubench.worker", "--channel-fd", str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                env=env, cwd=PROJECT_ROOT, start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                env=env,
+                cwd=PROJECT_ROOT,
+                start_new_session=True,
             )
         os.close(write_fd)
         try:
@@ -83,8 +95,9 @@ def run_worker(request: dict[str, Any], *, python: str, env: dict[str, str], tim
         log_path.unlink(missing_ok=True)
 
 
-def _follow(read_fd: int, process: subprocess.Popen, deadline: float,
-            on_event: Callable[[dict[str, Any]], None]) -> tuple[dict[str, Any] | None, bool]:
+def _follow(
+    read_fd: int, process: subprocess.Popen, deadline: float, on_event: Callable[[dict[str, Any]], None]
+) -> tuple[dict[str, Any] | None, bool]:
     """Read events until the channel closes (worker exited) or the deadline passes."""
     result = None
     buffer = b""
@@ -112,10 +125,8 @@ def _follow(read_fd: int, process: subprocess.Popen, deadline: float,
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 

@@ -33,12 +33,18 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
         status = row["status"]
         mfu = row.get("mfu")
         table.add_row(
-            row["workload"], row["size"], row["backend"], row["mode"],
+            row["workload"],
+            row["size"],
+            row["backend"],
+            row["mode"],
             Text(status, style=STATUS_STYLE.get(status, "bold red")),
-            _number(row.get("median_step_ms")), _number(row.get("p90_step_ms")),
-            _number(row.get("samples_per_s"), 1), _number(row.get("tokens_per_s"), 0),
+            _number(row.get("median_step_ms")),
+            _number(row.get("p90_step_ms")),
+            _number(row.get("samples_per_s"), 1),
+            _number(row.get("tokens_per_s"), 0),
             "-" if mfu is None else f"{100 * mfu:.1f}%",
-            _number(row.get("first_step_s")), _number(row.get("compile_s")),
+            _number(row.get("first_step_s")),
+            _number(row.get("compile_s")),
             _bytes(row.get("peak_mem_bytes")),
         )
     return table

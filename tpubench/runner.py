@@ -41,9 +41,16 @@ class _Silent:
     def on_finish(self, spec: RunSpec, row: dict[str, Any]) -> None: ...
 
 
-def plan(workloads: Sequence[Workload], sizes: Sequence[str] | None, backends: Sequence[str],
-         modes: Sequence[str] | None, dtype: str, batch_size: int | None, seq_len: int | None,
-         **settings: Any) -> list[RunSpec]:
+def plan(
+    workloads: Sequence[Workload],
+    sizes: Sequence[str] | None,
+    backends: Sequence[str],
+    modes: Sequence[str] | None,
+    dtype: str,
+    batch_size: int | None,
+    seq_len: int | None,
+    **settings: Any,
+) -> list[RunSpec]:
     """Every (workload, size, backend, mode) combination, with per-device default shapes.
 
     Sizes a workload does not define are skipped for that workload; modes likewise.
@@ -58,11 +65,19 @@ def plan(workloads: Sequence[Workload], sizes: Sequence[str] | None, backends: S
                 for mode in modes or workload.modes:
                     if mode not in workload.modes:
                         continue
-                    specs.append(RunSpec(
-                        suite=workload.suite, workload=workload.name, size=size, backend=backend,
-                        mode=mode, dtype=dtype, batch_size=batch_size or shape.batch_size,
-                        seq_len=seq_len or shape.seq_len, **settings,
-                    ))
+                    specs.append(
+                        RunSpec(
+                            suite=workload.suite,
+                            workload=workload.name,
+                            size=size,
+                            backend=backend,
+                            mode=mode,
+                            dtype=dtype,
+                            batch_size=batch_size or shape.batch_size,
+                            seq_len=seq_len or shape.seq_len,
+                            **settings,
+                        )
+                    )
     return specs
 
 
@@ -70,8 +85,7 @@ def probe(python: str, backends: list[str]) -> dict[str, Any]:
     """Ask ``python`` which of ``backends`` it can run; a failed probe marks them unavailable."""
     env = worker_env({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     try:
-        outcome = run_worker({"kind": "probe", "backends": backends}, python=python, env=env,
-                             timeout_s=PROBE_TIMEOUT_S)
+        outcome = run_worker({"kind": "probe", "backends": backends}, python=python, env=env, timeout_s=PROBE_TIMEOUT_S)
     except OSError as error:
         outcome_result, reason = None, f"cannot start {python}: {error}"
     else:
@@ -81,8 +95,12 @@ def probe(python: str, backends: list[str]) -> dict[str, Any]:
     if outcome_result is not None:
         return outcome_result
     unavailable = {"available": False, "reason": reason, "device_name": "", "device_count": 0, "versions": {}}
-    return {"executable": python, "python_version": None, "torch_version": None,
-            "backends": {name: unavailable for name in backends}}
+    return {
+        "executable": python,
+        "python_version": None,
+        "torch_version": None,
+        "backends": {name: unavailable for name in backends},
+    }
 
 
 @dataclass
@@ -95,32 +113,39 @@ class SuiteRunner:
     invocation_id: str = field(default_factory=lambda: f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
     interrupted: bool = False
     resumed: list[RunSpec] = field(default_factory=list)
+    _probes: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _writer: store.InvocationWriter | None = field(default=None, init=False, repr=False)
 
     def python_for(self, backend: str) -> str:
         return self.pythons.get(backend, sys.executable)
 
     def probe_all(self, backends: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Each backend's probe, running one probe per distinct interpreter."""
+        """Each backend's probe, one probe per distinct interpreter, once per invocation."""
         by_python: dict[str, list[str]] = {}
         for backend in dict.fromkeys(backends):
-            by_python.setdefault(self.python_for(backend), []).append(backend)
-        probes = {}
+            if backend not in self._probes:
+                by_python.setdefault(self.python_for(backend), []).append(backend)
         for python, names in by_python.items():
             result = probe(python, names)
-            probes.update({name: result for name in names})
-        return probes
+            self._probes.update(dict.fromkeys(names, result))
+        return {backend: self._probes[backend] for backend in backends}
 
     def _already_done(self) -> set[tuple]:
         if not self.resume or not Path(self.results_dir).is_dir():
             return set()
         done = store.load_runs(self.results_dir, status="ok")
-        return {(row.workload, row.size, row.backend, row.mode, row.dtype, row.batch_size, row.seq_len,
-                 row.fingerprint) for row in done.itertuples()}
+        return {
+            (row.workload, row.size, row.backend, row.mode, row.dtype, row.batch_size, row.seq_len, row.fingerprint)
+            for row in done.itertuples()
+        }
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
-        """Run ``specs`` in order and return their rows (also written to the store)."""
-        started_at = datetime.now(UTC)
-        writer = store.InvocationWriter(self.results_dir, self.invocation_id, started_at)
+        """Run ``specs`` in order and return their rows (also written to the store).
+
+        Calling it again on the same runner continues the same invocation and file.
+        """
+        if self._writer is None:
+            self._writer = store.InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
         probes = self.probe_all([spec.backend for spec in specs])
         facts = {}
         for backend, probe_result in probes.items():
@@ -139,25 +164,29 @@ class SuiteRunner:
             except KeyboardInterrupt:
                 self.interrupted = True
                 break
-            writer.add(row, steps)
+            self._writer.add(row, steps)
             rows.append(row)
             self.observer.on_finish(spec, row)
         return rows
 
-    def _run_one(self, spec: RunSpec, availability: dict[str, Any],
-                 fact: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _run_one(
+        self, spec: RunSpec, availability: dict[str, Any], fact: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         started_at = datetime.now(UTC)
         if not availability["available"]:
             result = {"status": "unavailable", "error": availability["reason"]}
         else:
             outcome = run_worker(
-                {"kind": "run", "spec": spec.to_json()}, python=self.python_for(spec.backend),
-                env=worker_env(BACKENDS[spec.backend].worker_env), timeout_s=spec.timeout_s,
+                {"kind": "run", "spec": spec.to_json()},
+                python=self.python_for(spec.backend),
+                env=worker_env(BACKENDS[spec.backend].worker_env),
+                timeout_s=spec.timeout_s,
                 on_event=lambda event: self.observer.on_event(spec, event),
             )
             result = classify(outcome, spec.timeout_s)
-        steps = [{"run_id": spec.run_id, "invocation_id": self.invocation_id, **step}
-                 for step in result.pop("steps", [])]
+        steps = [
+            {"run_id": spec.run_id, "invocation_id": self.invocation_id, **step} for step in result.pop("steps", [])
+        ]
         row = {
             "run_id": spec.run_id,
             "invocation_id": self.invocation_id,
@@ -172,8 +201,19 @@ class SuiteRunner:
             "batch_size": spec.batch_size,
             "seq_len": spec.seq_len,
             "warmup_min_steps": spec.warmup,
-            **{key: fact[key] for key in ("host", "cpu_model", "device_count", "python_executable",
-                                          "python_version", "torch_version", "tpubench_version", "git_sha")},
+            **{
+                key: fact[key]
+                for key in (
+                    "host",
+                    "cpu_model",
+                    "device_count",
+                    "python_executable",
+                    "python_version",
+                    "torch_version",
+                    "tpubench_version",
+                    "git_sha",
+                )
+            },
             "backend_versions": json.dumps(fact["backend_versions"], sort_keys=True),
             "env": json.dumps(fact["env"], sort_keys=True),
             "fingerprint": fingerprint_hash(fact),

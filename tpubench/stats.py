@@ -43,8 +43,12 @@ def summarize(samples: list[float], confidence: float = 0.95, seed: int = 0) -> 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # scipy warns on nearly degenerate resamples
             result = stats.bootstrap(
-                (values,), np.median, confidence_level=confidence, n_resamples=2000,
-                method="percentile", rng=np.random.default_rng(seed),
+                (values,),
+                np.median,
+                confidence_level=confidence,
+                n_resamples=2000,
+                method="percentile",
+                random_state=np.random.default_rng(seed),  # `rng=` needs scipy >= 1.15
             )
         low, high = result.confidence_interval
         if math.isfinite(low) and math.isfinite(high):

@@ -67,8 +67,9 @@ class InvocationWriter:
     """Accumulates one invocation's rows and keeps its two files current after each run."""
 
     def __init__(self, results_dir: Path, invocation_id: str, started_at: datetime):
-        self._paths = {name: partition_dir(results_dir, name, started_at) / f"{invocation_id}.parquet"
-                       for name in TABLES}
+        self._paths = {
+            name: partition_dir(results_dir, name, started_at) / f"{invocation_id}.parquet" for name in TABLES
+        }
         self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
 
     @property

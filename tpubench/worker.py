@@ -47,8 +47,13 @@ def probe(backends: list[str]) -> dict[str, Any]:
         try:
             found[name] = asdict(get_backend(name).availability())
         except Exception as error:  # a broken runtime makes a backend unavailable, not the probe fail
-            found[name] = {"available": False, "reason": f"{type(error).__name__}: {error}",
-                           "device_name": "", "device_count": 0, "versions": {}}
+            found[name] = {
+                "available": False,
+                "reason": f"{type(error).__name__}: {error}",
+                "device_name": "",
+                "device_count": 0,
+                "versions": {},
+            }
     return {
         "executable": sys.executable,
         "python_version": platform.python_version(),
@@ -75,17 +80,20 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     capacity = backend.memory_capacity_bytes()
     row: dict[str, Any] = {"device": availability.device_name, "estimated_mem_bytes": estimate}
     if capacity is not None and estimate > capacity:
-        return {**row, "status": "skipped",
-                "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
-                         f"available on {availability.device_name or spec.backend}"}
+        return {
+            **row,
+            "status": "skipped",
+            "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
+            f"available on {availability.device_name or spec.backend}",
+        }
 
     channel.send("phase", phase="build", step=0, of=1)
-    instance = build(workload, spec.size, device=backend.device(), dtype=dtype,
-                     batch_size=spec.batch_size, seq_len=spec.seq_len)
+    instance = build(
+        workload, spec.size, device=backend.device(), dtype=dtype, batch_size=spec.batch_size, seq_len=spec.seq_len
+    )
     backend.reset_peak_memory()
     step = make_step(instance, backend.prepare(instance.model), spec.mode)
-    measured = run_protocol(spec, backend, step,
-                            lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n))
+    measured = run_protocol(spec, backend, step, lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n))
 
     summary = summarize(measured.measured_ms)
     step_s = summary.median / 1e3
@@ -93,8 +101,9 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     extra = backend.extra_metrics()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mfu = peaks.mfu(flops, step_s, availability.device_name, spec.dtype,
-                        extra.get("float32_matmul_precision", "highest"))
+        mfu = peaks.mfu(
+            flops, step_s, availability.device_name, spec.dtype, extra.get("float32_matmul_precision", "highest")
+        )
     notes = [str(w.message) for w in caught]
     if not measured.warmup_settled:
         notes.append(f"compile count still changing after {measured.warmup_steps} warm-up steps")

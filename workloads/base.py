@@ -56,10 +56,7 @@ class Workload:
 
     def config(self, size: str) -> Any:
         if size not in self.sizes:
-            raise KeyError(
-                f"unknown size {size!r} for workload {self.name!r}; "
-                f"valid: {', '.join(self.sizes)}"
-            )
+            raise KeyError(f"unknown size {size!r} for workload {self.name!r}; valid: {', '.join(self.sizes)}")
         return self.sizes[size]
 
     def shape_for(self, device_kind: str) -> Shape:
@@ -107,8 +104,7 @@ def build(
     seq_len = seq_len or shape.seq_len
     if seq_len > workload.max_seq_len(config):
         raise ValueError(
-            f"seq_len {seq_len} exceeds {workload.name}/{size}'s context of "
-            f"{workload.max_seq_len(config)}"
+            f"seq_len {seq_len} exceeds {workload.name}/{size}'s context of {workload.max_seq_len(config)}"
         )
     torch.manual_seed(seed)
     model = workload.build_model(config).to(dtype=dtype)

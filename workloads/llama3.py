@@ -20,20 +20,47 @@ CONTEXT = 131_072
 
 SIZES = {
     "tiny": DecoderConfig(
-        n_layer=2, n_head=4, n_kv_head=2, d_model=128, d_ff=384, vocab_size=2048,
-        max_seq_len=CONTEXT, gated_mlp=True, tied_embeddings=True,
+        n_layer=2,
+        n_head=4,
+        n_kv_head=2,
+        d_model=128,
+        d_ff=384,
+        vocab_size=2048,
+        max_seq_len=CONTEXT,
+        gated_mlp=True,
+        tied_embeddings=True,
     ),
     "1b": DecoderConfig(
-        n_layer=16, n_head=32, n_kv_head=8, d_model=2048, d_ff=8192, vocab_size=VOCAB,
-        max_seq_len=CONTEXT, gated_mlp=True, tied_embeddings=True,
+        n_layer=16,
+        n_head=32,
+        n_kv_head=8,
+        d_model=2048,
+        d_ff=8192,
+        vocab_size=VOCAB,
+        max_seq_len=CONTEXT,
+        gated_mlp=True,
+        tied_embeddings=True,
     ),
     "3b": DecoderConfig(
-        n_layer=28, n_head=24, n_kv_head=8, d_model=3072, d_ff=8192, vocab_size=VOCAB,
-        max_seq_len=CONTEXT, gated_mlp=True, tied_embeddings=True,
+        n_layer=28,
+        n_head=24,
+        n_kv_head=8,
+        d_model=3072,
+        d_ff=8192,
+        vocab_size=VOCAB,
+        max_seq_len=CONTEXT,
+        gated_mlp=True,
+        tied_embeddings=True,
     ),
     "8b": DecoderConfig(
-        n_layer=32, n_head=32, n_kv_head=8, d_model=4096, d_ff=14336, vocab_size=VOCAB,
-        max_seq_len=CONTEXT, gated_mlp=True,
+        n_layer=32,
+        n_head=32,
+        n_kv_head=8,
+        d_model=4096,
+        d_ff=14336,
+        vocab_size=VOCAB,
+        max_seq_len=CONTEXT,
+        gated_mlp=True,
     ),
 }
 
@@ -44,7 +71,9 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
 
-def rope_tables(seq_len: int, head_dim: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    seq_len: int, head_dim: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin for positions 0..seq_len-1, computed in float32 then cast (bf16 angles drift)."""
     inverse = ROPE_THETA ** -(torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inverse)

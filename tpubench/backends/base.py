@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -51,7 +51,7 @@ class Backend(ABC):
     description: str
     #: Variables set in this backend's worker before Python starts. Non-TPU workers turn
     #: off torch's device-backend autoload so an installed TPU plugin cannot alter them.
-    worker_env: dict[str, str] = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    worker_env: ClassVar[dict[str, str]] = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
     @abstractmethod
     def availability(self) -> Availability:
@@ -64,7 +64,7 @@ class Backend(ABC):
         """Wrap the model for execution (``torch.compile`` and friends). Eager: unchanged."""
         return model
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - a host-synchronous device needs no wait
         """Block until all queued device work is done."""
 
     def timer(self) -> StepTimer:
@@ -82,7 +82,8 @@ class Backend(ABC):
         """Memory a run may use on this device, to refuse runs that cannot fit."""
         return None
 
-    def reset_peak_memory(self) -> None: ...
+    def reset_peak_memory(self) -> None:  # noqa: B027 - fresh workers start with no peak to reset
+        """Start a new peak-memory window (before the model is built)."""
 
     def peak_memory_bytes(self) -> int | None:
         return None

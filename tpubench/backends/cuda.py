@@ -42,8 +42,11 @@ class CudaBackend(Backend):
             True,
             device_name=torch.cuda.get_device_name(0),
             device_count=torch.cuda.device_count(),
-            versions={"torch": torch.__version__, "cuda": str(torch.version.cuda),
-                      "cudnn": str(torch.backends.cudnn.version())},
+            versions={
+                "torch": torch.__version__,
+                "cuda": str(torch.version.cuda),
+                "cudnn": str(torch.backends.cudnn.version()),
+            },
         )
 
     def device(self) -> torch.device:

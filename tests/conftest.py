@@ -1,0 +1,25 @@
+"""Shared fixtures: the test-only fault workloads and a fresh results directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def fault_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register tests/fault_workloads.py in this process and in every worker it starts."""
+    monkeypatch.setenv("TPUBENCH_WORKLOAD_MODULES", "fault_workloads")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+
+
+@pytest.fixture
+def results_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "results"
+    path.mkdir()
+    return path

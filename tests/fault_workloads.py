@@ -1,0 +1,78 @@
+"""Test-only workloads that misbehave on purpose, to check the runner's isolation.
+
+Registered through ``TPUBENCH_WORKLOAD_MODULES=fault_workloads`` (see conftest.py), so
+every worker process sees them too. Each fault fires while the worker builds the model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import torch
+from torch import nn
+
+from workloads.base import Shape, Workload
+
+
+class _Linear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+def _workload(name: str, fault) -> Workload:
+    def build_model(config: int) -> nn.Module:
+        fault()
+        return _Linear()
+
+    return Workload(
+        name=name,
+        suite="faults",
+        family="test",
+        description=f"test-only: {name}",
+        sizes={"tiny": 0},
+        default_size="tiny",
+        default_shape={"cpu": Shape(2, 1)},
+        build_model=build_model,
+        make_batch=lambda config, batch, seq, generator: {"x": torch.randn(batch, 8, generator=generator)},
+        loss=lambda model, batch: model(batch["x"]).square().mean(),
+        forward=lambda model, batch: model(batch["x"]),
+        flops=lambda config, batch, seq, mode: (6 if mode == "train" else 2) * batch * 64.0,
+        estimate_memory_bytes=lambda config, batch, seq, mode, dtype: 1024,
+    )
+
+
+def _raise() -> None:
+    raise RuntimeError("deliberate failure in build_model")
+
+
+def _oom() -> None:
+    raise MemoryError("deliberate out-of-memory")
+
+
+def _segfault() -> None:
+    ctypes.string_at(0)
+
+
+def _hang() -> None:
+    time.sleep(3600)
+
+
+def _slow() -> None:
+    time.sleep(float(os.environ.get("TPUBENCH_TEST_SLOW_S", "3")))
+
+
+WORKLOADS = (
+    _workload("fault-ok", lambda: None),
+    _workload("fault-abort", os.abort),
+    _workload("fault-segfault", _segfault),
+    _workload("fault-raise", _raise),
+    _workload("fault-oom", _oom),
+    _workload("fault-hang", _hang),
+    _workload("fault-slow", _slow),
+)

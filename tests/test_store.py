@@ -1,0 +1,132 @@
+"""The parquet store: layout, atomic writes, concurrent writers, corrupt files, old schemas."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from tpubench import store
+from tpubench.schema import RUNS, SCHEMA_VERSION
+
+WHEN = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def run_row(run_id: str, **fields) -> dict:
+    return {
+        "run_id": run_id,
+        "invocation_id": "inv",
+        "started_at": WHEN,
+        "workload": "gpt2",
+        "size": "tiny",
+        "backend": "cpu",
+        "mode": "train",
+        "status": "ok",
+        "median_step_ms": 1.5,
+        **fields,
+    }
+
+
+def test_layout_is_one_file_per_invocation_per_table_in_date_partitions(results_dir: Path) -> None:
+    writer = store.InvocationWriter(results_dir, "inv", WHEN)
+    writer.add(run_row("a"), [{"run_id": "a", "step": 0, "phase": "first", "step_ms": 3.0}])
+    writer.add(run_row("b", status="failed"))
+    files = sorted(p.relative_to(results_dir).as_posix() for p in results_dir.rglob("*") if p.is_file())
+    assert files == ["runs/date=2026-11-29/inv.parquet", "steps/date=2026-11-29/inv.parquet"]
+    runs = store.load_runs(results_dir)
+    assert list(runs.run_id) == ["a", "b"]
+    assert set(runs.schema_version) == {SCHEMA_VERSION}
+    assert list(store.load_runs(results_dir, status="failed").run_id) == ["b"]
+    assert list(store.load_runs(results_dir, run_id=["a", "zzz"]).run_id) == ["a"]
+    assert store.load_steps(results_dir).step_ms.tolist() == [3.0]
+
+
+def test_pandas_pyarrow_and_duckdb_read_the_store(results_dir: Path) -> None:
+    for invocation in ("one", "two"):
+        store.InvocationWriter(results_dir, invocation, WHEN).add(run_row(invocation, invocation_id=invocation))
+    frame = pd.read_parquet(results_dir / "runs")
+    assert sorted(frame.run_id) == ["one", "two"]
+    assert set(frame["date"].astype(str)) == {"2026-11-29"}  # the Hive partition column
+    dataset = ds.dataset(results_dir / "runs", format="parquet", partitioning="hive")
+    assert dataset.count_rows() == 2
+    glob = (results_dir / "runs" / "*" / "*.parquet").as_posix()
+    rows = duckdb.sql(
+        f"select count(*) from read_parquet('{glob}', hive_partitioning=true, union_by_name=true) where status = 'ok'"
+    ).fetchall()
+    assert rows == [(2,)]
+
+
+def test_unknown_columns_are_rejected_on_write(results_dir: Path) -> None:
+    with pytest.raises(ValueError, match="not in the runs schema"):
+        store.InvocationWriter(results_dir, "inv", WHEN).add(run_row("a", median_ms=1.0))
+
+
+def test_a_corrupt_file_is_named_and_skipped(results_dir: Path) -> None:
+    store.InvocationWriter(results_dir, "good", WHEN).add(run_row("good"))
+    bad = results_dir / "runs" / "date=2026-11-29" / "bad.parquet"
+    good_bytes = (results_dir / "runs" / "date=2026-11-29" / "good.parquet").read_bytes()
+    bad.write_bytes(good_bytes[: len(good_bytes) // 2])  # truncated mid-file
+    with pytest.warns(UserWarning, match="bad.parquet"):
+        runs = store.load_runs(results_dir)
+    assert list(runs.run_id) == ["good"]
+
+
+def test_files_from_an_older_schema_still_load(results_dir: Path) -> None:
+    old_schema = pa.schema([field for field in RUNS if field.name not in ("mfu", "tags")])
+    old = pa.Table.from_pylist([{**run_row("old"), "schema_version": 0}], schema=old_schema)
+    path = store.partition_dir(results_dir, "runs", WHEN) / "old.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(old, path)
+    store.InvocationWriter(results_dir, "new", WHEN).add(run_row("new", mfu=0.5))
+    runs = store.load_runs(results_dir).set_index("run_id")
+    assert pd.isna(runs.loc["old", "mfu"]) and runs.loc["new", "mfu"] == 0.5
+    assert runs.loc["old", "median_step_ms"] == 1.5
+
+
+def test_missing_results_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(store.StoreError, match="does not exist"):
+        store.load_runs(tmp_path / "nope")
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from datetime import UTC, datetime
+    from tpubench import store
+    writer = store.InvocationWriter(sys.argv[1], "victim", datetime(2026, 11, 29, tzinfo=UTC))
+    big = "x" * 200_000
+    i = 0
+    while True:
+        writer.add({"run_id": f"r{i}", "status": "ok", "error": big, "stderr_tail": big})
+        i += 1
+""")
+
+
+def test_killing_a_writer_mid_write_leaves_no_corrupt_file(results_dir: Path) -> None:
+    """SIGKILL a process that rewrites its invocation file in a loop, at several moments."""
+    for delay in (0.5, 1.0, 1.7, 2.3):
+        process = subprocess.Popen([sys.executable, "-c", WRITER, str(results_dir)])
+        time.sleep(delay)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        path = results_dir / "runs" / "date=2026-11-29" / "victim.parquet"
+        assert path.exists()
+        table = pq.read_table(path)  # never torn: raises if it were
+        assert table.num_rows >= 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no file may be reported unreadable
+            runs = store.load_runs(results_dir)
+        assert len(runs) == table.num_rows
+        assert len(pd.read_parquet(results_dir / "runs")) == table.num_rows  # pandas skips temp files too
