@@ -56,7 +56,7 @@ def test_python_m_tpubench_is_the_same_command() -> None:
         (["run", "--steps", "0"], "--steps"),
         (["run", "--timeout", "-5"], "--timeout"),
         (["run", "--tag", "novalue"], "--tag expects KEY=VALUE"),
-        (["run", "--workload", "gpt2", "--seq-len", "4096"], "context"),
+        (["run", "--workload", "gpt2", "--seq-len", "4096"], "exceeds gpt2/tiny's context of 1024"),
         (["list", "--suite", "nope"], "unknown suite 'nope'"),
     ],
 )

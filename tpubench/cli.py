@@ -202,28 +202,25 @@ def run(
     _choose("dtype", [dtype], list(DTYPES))
     all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
     chosen_sizes = _choose("size", size, all_sizes)
-    for w in chosen_workloads:
-        if seq_len and seq_len > w.max_seq_len(w.config(chosen_sizes[0] if chosen_sizes else w.default_size)):
-            raise BadInput(
-                f"--seq-len {seq_len} exceeds {w.name}'s context; choose at most "
-                f"{w.max_seq_len(w.config(w.default_size))}"
-            )
+    try:
+        specs = plan(
+            chosen_workloads,
+            chosen_sizes,
+            chosen_backends or list(BACKENDS),
+            chosen_modes,
+            dtype,
+            batch_size,
+            seq_len,
+            warmup=warmup,
+            steps=steps,
+            timeout_s=timeout,
+        )
+    except ValueError as error:
+        raise BadInput(str(error)) from error
     runner = SuiteRunner(results_dir=results, pythons=_pythons(python), tags=_key_values("--tag", tag), resume=resume)
-    if not chosen_backends:
+    if not chosen_backends:  # by default, only what this machine can run
         probes = runner.probe_all(list(BACKENDS))
-        chosen_backends = [name for name, probe in probes.items() if probe["backends"][name]["available"]]
-    specs = plan(
-        chosen_workloads,
-        chosen_sizes,
-        chosen_backends,
-        chosen_modes,
-        dtype,
-        batch_size,
-        seq_len,
-        warmup=warmup,
-        steps=steps,
-        timeout_s=timeout,
-    )
+        specs = [spec for spec in specs if probes[spec.backend]["backends"][spec.backend]["available"]]
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -255,6 +252,6 @@ def main() -> None:
     except TyperException as error:  # our BadInput and the parser's usage errors alike
         print(f"error: {error.format_message()}", file=sys.stderr)
         sys.exit(error.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

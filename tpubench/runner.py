@@ -53,15 +53,21 @@ def plan(
 ) -> list[RunSpec]:
     """Every (workload, size, backend, mode) combination, with per-device default shapes.
 
-    Sizes a workload does not define are skipped for that workload; modes likewise.
+    Sizes a workload does not define are skipped for that workload; modes likewise. A
+    sequence length beyond a model's context is a ValueError.
     """
     specs = []
     for workload in workloads:
         for size in sizes or [workload.default_size]:
             if size not in workload.sizes:
                 continue
+            context = workload.max_seq_len(workload.config(size))
             for backend in backends:
                 shape = workload.shape_for(BACKENDS[backend].device_kind)
+                if (seq_len or shape.seq_len) > context:
+                    raise ValueError(
+                        f"--seq-len {seq_len or shape.seq_len} exceeds {workload.name}/{size}'s context of {context}"
+                    )
                 for mode in modes or workload.modes:
                     if mode not in workload.modes:
                         continue
