@@ -65,6 +65,17 @@ def _pythons(pairs: list[str] | None) -> dict[str, str]:
     return pythons
 
 
+def _writable_dir(option: str, path: Path) -> Path:
+    """``path`` made absolute, created if missing; a BadInput if it cannot be written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BadInput(f"{option} {path}: cannot create it ({error.strerror})") from error
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BadInput(f"{option} {path}: directory is not writable")
+    return path.resolve()
+
+
 def _select_workloads(suite: str | None, names: list[str] | None) -> list[Workload]:
     known, grouped = registry(), suites()
     if suite is not None and suite not in grouped:
@@ -194,6 +205,9 @@ def run(
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,
     python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
     resume: Annotated[bool, typer.Option(help="Skip runs with an ok row and the same fingerprint.")] = False,
+    profile: Annotated[bool, typer.Option(help="Trace extra steps after the measured ones.")] = False,
+    profile_steps: Annotated[int, typer.Option(min=1, help="Steps traced with --profile.")] = 3,
+    compile_cache: Annotated[Path | None, typer.Option(help="Persistent compilation cache directory (XLA).")] = None,
 ) -> None:
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
     chosen_workloads = _select_workloads(suite, workload)
@@ -202,6 +216,8 @@ def run(
     _choose("dtype", [dtype], list(DTYPES))
     all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
     chosen_sizes = _choose("size", size, all_sizes)
+    if compile_cache is not None:
+        compile_cache = _writable_dir("--compile-cache", compile_cache)
     try:
         specs = plan(
             chosen_workloads,
@@ -214,6 +230,8 @@ def run(
             warmup=warmup,
             steps=steps,
             timeout_s=timeout,
+            profile_steps=profile_steps if profile else 0,
+            compile_cache=str(compile_cache) if compile_cache else None,
         )
     except ValueError as error:
         raise BadInput(str(error)) from error

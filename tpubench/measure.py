@@ -3,6 +3,8 @@
 Runs inside a worker process. Every timed region is bracketed by the backend's timer,
 which drains the device before starting and after stopping; nothing inside the loop
 reads a value back to the host, so the only synchronisation is the one timing needs.
+Within a step, the host time until the step function returns is read apart from the
+synchronised time, before the backend's ``after_step`` (XLA's graph cut and launch).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ PhaseCallback = Callable[[str, int, int], None]
 class StepRecord:
     step: int
     phase: str  # "first", "warmup" or "measure"
-    step_ms: float
+    step_ms: float  # synchronised: the device finished the step
+    host_ms: float  # until the step function returned, before the backend's sync
     compile_count: int | None  # cumulative, after the step
 
 
@@ -40,6 +43,10 @@ class Measurement:
     @property
     def measured_ms(self) -> list[float]:
         return [r.step_ms for r in self.records if r.phase == "measure"]
+
+    @property
+    def measured_host_ms(self) -> list[float]:
+        return [r.host_ms for r in self.records if r.phase == "measure"]
 
 
 def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable[[], None]:
@@ -76,9 +83,11 @@ def run_protocol(
     def timed(phase: str, index: int) -> int | None:
         timer.start()
         step()
+        host = timer.lap()
+        backend.after_step()
         elapsed = timer.stop()
         count = backend.compile_count()
-        records.append(StepRecord(index, phase, elapsed, count))
+        records.append(StepRecord(index, phase, elapsed, host, count))
         return count
 
     before = backend.compile_count()

@@ -57,6 +57,8 @@ def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
         label = f"{row['workload']}/{row['size']} {row['backend']} {row['mode']}"
         if row["status"] != "ok":
             lines.append(f"[{row['status']}] {label}: {row.get('error') or 'no reason given'}")
+        if row.get("fallback_op_count"):
+            lines.append(f"[cpu-fallback] {label}: {row['fallback_ops']}")
         if row.get("recompiles_after_warmup"):
             lines.append(f"[recompile] {label}: {row['recompiles_after_warmup']} compilation(s) after warm-up")
     seen = set()

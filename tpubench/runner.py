@@ -12,13 +12,13 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from tpubench import store
-from tpubench.backends import BACKENDS
+from tpubench.backends import BACKENDS, get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import classify, run_worker, worker_env
 from tpubench.spec import RunSpec
@@ -63,7 +63,7 @@ def plan(
                 continue
             context = workload.max_seq_len(workload.config(size))
             for backend in backends:
-                shape = workload.shape_for(BACKENDS[backend].device_kind)
+                shape = workload.shape_for(get_backend(backend).device_kind)
                 if (seq_len or shape.seq_len) > context:
                     raise ValueError(
                         f"--seq-len {seq_len or shape.seq_len} exceeds {workload.name}/{size}'s context of {context}"
@@ -123,7 +123,10 @@ class SuiteRunner:
     _writer: store.InvocationWriter | None = field(default=None, init=False, repr=False)
 
     def python_for(self, backend: str) -> str:
-        return self.pythons.get(backend, sys.executable)
+        """The interpreter for ``backend``'s workers: its own entry, else its family's
+        (``xla`` covers ``xla-compile``), else this one."""
+        family = backend.split("-")[0]
+        return self.pythons.get(backend) or self.pythons.get(family) or sys.executable
 
     def probe_all(self, backends: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Each backend's probe, one probe per distinct interpreter, once per invocation."""
@@ -179,6 +182,8 @@ class SuiteRunner:
         self, spec: RunSpec, availability: dict[str, Any], fact: dict[str, Any]
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         started_at = datetime.now(UTC)
+        if spec.profile_steps:
+            spec = replace(spec, trace_dir=str((Path(self.results_dir) / "traces" / spec.run_id).resolve()))
         if not availability["available"]:
             result = {"status": "unavailable", "error": availability["reason"]}
         else:

@@ -24,6 +24,9 @@ class RunSpec:
     steps: int = 10
     timeout_s: float = 600.0
     max_warmup: int = 50  # warm-up gives up waiting for the compile count to settle after this
+    profile_steps: int = 0  # extra traced steps after the measured ones (0: no trace)
+    trace_dir: str | None = None  # where the trace goes: <results>/traces/<run_id>
+    compile_cache: str | None = None  # persistent compilation cache directory
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

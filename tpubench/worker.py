@@ -20,6 +20,7 @@ import warnings
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import torch
 
 from tpubench import peaks
@@ -28,6 +29,16 @@ from tpubench.measure import make_step, run_protocol
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
 from workloads import build, get_workload
+
+#: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
+BACKEND_COLUMNS = (
+    "execute_s",
+    "cached_compiles",
+    "fallback_ops",
+    "compile_cache_hits",
+    "compile_cache_misses",
+    "compile_cache_load_failures",
+)
 
 
 class Channel:
@@ -69,6 +80,7 @@ def _is_oom(error: BaseException) -> bool:
 def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     """Build, check the memory estimate, time, and summarise one run into a result row."""
     backend = get_backend(spec.backend)
+    backend.setup(spec.compile_cache)
     availability = backend.availability()
     if not availability.available:
         return {"status": "unavailable", "error": availability.reason}
@@ -98,7 +110,20 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     summary = summarize(measured.measured_ms)
     step_s = summary.median / 1e3
     flops = workload.flops(config, spec.batch_size, spec.seq_len, spec.mode)
-    extra = backend.extra_metrics()
+    extra = backend.extra_metrics()  # before profiling, so traced steps count in no figure
+    columns = {key: extra.pop(key) for key in BACKEND_COLUMNS if key in extra}
+    if "fallback_ops" in columns:
+        columns["fallback_op_count"] = sum(columns["fallback_ops"].values())
+        columns["fallback_ops"] = json.dumps(columns["fallback_ops"], sort_keys=True)
+    trace_path = None
+    if spec.profile_steps and spec.trace_dir:
+        channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
+
+        def traced_step() -> None:
+            step()
+            backend.after_step()
+
+        trace_path = backend.profile(traced_step, spec.profile_steps, spec.trace_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mfu = peaks.mfu(
@@ -117,6 +142,10 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "compile_s": measured.compile_s,
         "recompiles_after_warmup": measured.recompiles_after_warmup,
         **summary.as_columns("step", "ms"),
+        "median_host_ms": float(np.median(measured.measured_host_ms)),
+        **columns,
+        "compile_cache": spec.compile_cache,
+        "trace_path": trace_path,
         "samples_per_s": spec.batch_size / step_s,
         "tokens_per_s": spec.batch_size * spec.seq_len / step_s,
         "flops_per_step": flops,

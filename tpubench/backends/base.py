@@ -7,6 +7,7 @@ its worker process, so importing a heavy or crash-prone runtime never touches th
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,14 @@ class StepTimer:
     def start(self) -> None:
         self._synchronize()
         self._start = time.perf_counter()
+
+    def lap(self) -> float:
+        """Host milliseconds since :meth:`start`, without waiting for the device.
+
+        Read when the step function returns, it is the host's tracing/dispatch time: when
+        it is close to the full step time, Python (not the chip) is the bottleneck.
+        """
+        return (time.perf_counter() - self._start) * 1e3
 
     def stop(self) -> float:
         """Milliseconds since :meth:`start`, after waiting for the device."""
@@ -60,15 +70,35 @@ class Backend(ABC):
     @abstractmethod
     def device(self) -> torch.device: ...
 
+    def setup(self, compile_cache: str | None) -> None:
+        """Prepare the runtime before anything touches the device (e.g. a persistent compile cache)."""
+
     def prepare(self, model: nn.Module) -> nn.Module:
         """Wrap the model for execution (``torch.compile`` and friends). Eager: unchanged."""
         return model
 
-    def synchronize(self) -> None:  # noqa: B027 - a host-synchronous device needs no wait
-        """Block until all queued device work is done."""
+    def synchronize(self) -> None:
+        """Block until all queued device work is done (a host-synchronous device has none)."""
+
+    def after_step(self) -> None:
+        """Called after each step inside the timed region: a lazy backend launches its graph here."""
 
     def timer(self) -> StepTimer:
         return StepTimer(self.synchronize)
+
+    def profiler_activities(self) -> list[ProfilerActivity]:
+        return [ProfilerActivity.CPU]
+
+    def profile(self, step: Callable[[], None], steps: int, logdir: str) -> str:
+        """Trace ``steps`` extra steps with torch.profiler; returns the Chrome/Perfetto trace path."""
+        with profile(activities=self.profiler_activities(), record_shapes=True) as profiler:
+            for _ in range(steps):
+                step()
+            self.synchronize()
+        os.makedirs(logdir, exist_ok=True)
+        path = os.path.join(logdir, "trace.json")
+        profiler.export_chrome_trace(path)
+        return path
 
     def compile_count(self) -> int | None:
         """Graphs compiled so far in this process; None where the notion does not apply."""
@@ -82,8 +112,8 @@ class Backend(ABC):
         """Memory a run may use on this device, to refuse runs that cannot fit."""
         return None
 
-    def reset_peak_memory(self) -> None:  # noqa: B027 - fresh workers start with no peak to reset
-        """Start a new peak-memory window (before the model is built)."""
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory window (a fresh worker process has none to reset)."""
 
     def peak_memory_bytes(self) -> int | None:
         return None

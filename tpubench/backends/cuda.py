@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, StepTimer
@@ -20,7 +21,7 @@ class CudaEventTimer(StepTimer):
         self._end = torch.cuda.Event(enable_timing=True)
 
     def start(self) -> None:
-        torch.cuda.synchronize()
+        super().start()
         self._begin.record()
 
     def stop(self) -> float:
@@ -57,6 +58,9 @@ class CudaBackend(Backend):
 
     def timer(self) -> StepTimer:
         return CudaEventTimer()
+
+    def profiler_activities(self) -> list[ProfilerActivity]:
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
     def compile_count(self) -> int | None:
         return 0

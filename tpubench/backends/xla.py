@@ -1,0 +1,158 @@
+"""PyTorch/XLA backends: lazy-tensor execution (``xla``) and ``torch.compile(backend="openxla")``.
+
+The PJRT device comes from ``PJRT_DEVICE`` (TPU on a TPU VM, CPU here, CUDA on a GPU), so
+the same code measures a TPU and this machine's CPU. torch_xla pins its own torch, so
+these workers usually run under another interpreter (``--python xla=...``); nothing here
+imports torch_xla until a worker calls a method.
+
+Figures come from ``torch_xla.debug.metrics`` counters and metric tuples, never from the
+text report (which rounds seconds wrongly). ``aten::*`` counters are ops that fell back
+to the CPU: on a TPU those are migration blockers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from tpubench.backends import dynamo
+from tpubench.backends.base import Availability, Backend
+from tpubench.backends.cpu import CpuBackend
+
+#: metrics counters reported per run, and the columns they become
+CACHE_COUNTERS = {
+    "compile_cache_hits": "PersistentCacheHit",
+    "compile_cache_misses": "PersistentCacheMiss",
+    "compile_cache_load_failures": "PersistentCacheDeserializeFailure",
+}
+
+
+def _pjrt_device() -> str:
+    return os.environ.get("PJRT_DEVICE", "TPU").upper()
+
+
+class XlaBackend(Backend):
+    name = "xla"
+    description = "PyTorch/XLA lazy tensors on the PJRT device (PJRT_DEVICE: TPU, CPU or CUDA)"
+
+    @property
+    def device_kind(self) -> str:  # type: ignore[override]
+        """Default shapes follow the PJRT device: CPU-sized on PJRT_DEVICE=CPU."""
+        return {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}.get(_pjrt_device(), "tpu")
+
+    def availability(self) -> Availability:
+        try:
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+            import torch_xla.runtime as xr
+        except ImportError as error:
+            return Availability(False, f"torch_xla not installed for {sys.executable} ({error})")
+        try:
+            device = torch_xla.device()
+            kind = xm.xla_device_kind(device)
+            count = xr.global_runtime_device_count()
+        except Exception as error:  # PJRT raises plain RuntimeErrors when it cannot start
+            return Availability(False, f"PJRT could not start {_pjrt_device()} for {sys.executable}: {error}")
+        versions = {"torch": torch.__version__, "torch_xla": torch_xla.__version__, "pjrt_device": _pjrt_device()}
+        try:
+            import libtpu
+
+            versions["libtpu"] = libtpu.__version__
+        except (ImportError, AttributeError):
+            pass
+        name = "CPU (PJRT)" if kind.lower() == "cpu" else kind
+        return Availability(True, device_name=name, device_count=count, versions=versions)
+
+    def setup(self, compile_cache: str | None) -> None:
+        """Turn on XLA's persistent compilation cache; it must precede any XLA computation."""
+        if compile_cache:
+            import torch_xla.runtime as xr
+
+            xr.initialize_cache(os.path.join(compile_cache, "xla"), readonly=False)
+
+    def device(self) -> torch.device:
+        import torch_xla
+
+        return torch_xla.device()
+
+    def after_step(self) -> None:
+        """Cut the lazy graph and launch it: one ``torch_xla.sync()`` per step."""
+        import torch_xla
+
+        torch_xla.sync()
+
+    def synchronize(self) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.wait_device_ops()
+
+    def compile_count(self) -> int:
+        """XLA compilations that missed the in-memory cache: new graphs, not cache lookups."""
+        import torch_xla.debug.metrics as met
+
+        return met.counter_value("UncachedCompile") or 0
+
+    def compile_seconds(self) -> float:
+        import torch_xla.debug.metrics as met
+
+        data = met.metric_data("CompileTime")
+        return data[1] / 1e9 if data else 0.0
+
+    def memory_capacity_bytes(self) -> int | None:
+        info = self._memory_info()
+        if info is None:
+            return CpuBackend().memory_capacity_bytes() if _pjrt_device() == "CPU" else None
+        return info.get("bytes_limit")
+
+    def peak_memory_bytes(self) -> int | None:
+        """The device allocator's peak; on PJRT CPU (no allocator stats) the worker's peak RSS."""
+        info = self._memory_info()
+        if info is None:
+            return CpuBackend().peak_memory_bytes() if _pjrt_device() == "CPU" else None
+        return info.get("peak_bytes_used")
+
+    def _memory_info(self) -> dict[str, int] | None:
+        import torch_xla.core.xla_model as xm
+
+        try:
+            return xm.get_memory_info(self.device())
+        except RuntimeError:  # "GetAllocatorStats is not supported" on PJRT CPU
+            return None
+
+    def extra_metrics(self) -> dict[str, Any]:
+        import torch_xla.debug.metrics as met
+
+        execute = met.metric_data("ExecuteTime")
+        fallbacks = {name: met.counter_value(name) for name in met.executed_fallback_ops()}
+        return {
+            "execute_s": execute[1] / 1e9 if execute else 0.0,
+            "cached_compiles": met.counter_value("CachedCompile") or 0,
+            "fallback_ops": fallbacks,
+            **{column: met.counter_value(counter) or 0 for column, counter in CACHE_COUNTERS.items()},
+        }
+
+    def profile(self, step, steps: int, logdir: str) -> str:
+        """An xplane trace of ``steps`` extra steps, each in a StepTrace, in XProf's layout."""
+        import torch_xla.debug.profiler as xp
+
+        xp.start_trace(logdir)
+        try:
+            for index in range(steps):
+                with xp.StepTrace("train_step", step_num=index):
+                    step()
+            self.synchronize()
+        finally:
+            xp.stop_trace()
+        return logdir
+
+
+class XlaCompileBackend(XlaBackend):
+    name = "xla-compile"
+    description = 'torch.compile(backend="openxla") on the PJRT device'
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        return dynamo.compile_model(model, backend="openxla")
