@@ -23,3 +23,17 @@ def results_dir(tmp_path: Path) -> Path:
     path = tmp_path / "results"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def xla_python(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The interpreter of the torch_xla environment (TPUBENCH_XLA_PYTHON), on the PJRT CPU device.
+
+    torch_xla pins torch 2.9.0, so it lives in its own venv; .ci/run builds it and sets the
+    variable. Without it the XLA tests skip.
+    """
+    python = os.environ.get("TPUBENCH_XLA_PYTHON")
+    if not python or not os.access(python, os.X_OK):
+        pytest.skip("TPUBENCH_XLA_PYTHON does not name a torch_xla interpreter (see .ci/run)")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    return python

@@ -76,3 +76,31 @@ WORKLOADS = (
     _workload("fault-hang", _hang),
     _workload("fault-slow", _slow),
 )
+
+
+def _bincount_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A loss through ``torch.bincount``, which XLA cannot lower: it falls back to the CPU."""
+    counts = torch.bincount(batch["ids"], minlength=8).to(batch["x"].dtype)
+    return (model(batch["x"]) * counts).square().mean()
+
+
+FALLBACK = Workload(
+    name="xla-fallback",
+    suite="faults",
+    family="test",
+    description="test-only: uses torch.bincount",
+    sizes={"tiny": 0},
+    default_size="tiny",
+    default_shape={"cpu": Shape(8, 1)},
+    build_model=lambda config: _Linear(),
+    make_batch=lambda config, batch, seq, generator: {
+        "x": torch.randn(batch, 8, generator=generator),
+        "ids": torch.randint(0, 8, (batch,), generator=generator),
+    },
+    loss=_bincount_loss,
+    forward=lambda model, batch: _bincount_loss(model, batch),
+    flops=lambda config, batch, seq, mode: (6 if mode == "train" else 2) * batch * 64.0,
+    estimate_memory_bytes=lambda config, batch, seq, mode, dtype: 1024,
+)
+
+WORKLOADS = (*WORKLOADS, FALLBACK)

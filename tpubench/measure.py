@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -49,8 +50,12 @@ class Measurement:
         return [r.host_ms for r in self.records if r.phase == "measure"]
 
 
-def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable[[], None]:
-    """One training step (forward, backward, AdamW) or one inference forward under no_grad."""
+def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable[[], Any]:
+    """One training step (forward, backward, AdamW) or one inference forward under no_grad.
+
+    The inference step returns its output so the caller can keep it alive until the
+    device has computed it; the training step's results are the updated parameters.
+    """
     workload, batch = instance.workload, instance.batch
     if mode == "train":
         model.train()
@@ -65,16 +70,16 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
     if mode == "infer":
         model.eval()
 
-        def infer_step() -> None:
+        def infer_step() -> Any:
             with torch.no_grad():
-                workload.forward(model, batch)
+                return workload.forward(model, batch)
 
         return infer_step
     raise ValueError(f"unknown mode {mode!r}; valid: train, infer")
 
 
 def run_protocol(
-    spec: RunSpec, backend: Backend, step: Callable[[], None], on_phase: PhaseCallback = lambda phase, i, n: None
+    spec: RunSpec, backend: Backend, step: Callable[[], Any], on_phase: PhaseCallback = lambda phase, i, n: None
 ) -> Measurement:
     """Time ``step`` per the protocol in this module's docstring and return every sample."""
     timer = backend.timer()
@@ -82,10 +87,11 @@ def run_protocol(
 
     def timed(phase: str, index: int) -> int | None:
         timer.start()
-        step()
+        output = step()  # held until the device is done: a lazy backend skips dead outputs
         host = timer.lap()
         backend.after_step()
         elapsed = timer.stop()
+        del output
         count = backend.compile_count()
         records.append(StepRecord(index, phase, elapsed, host, count))
         return count

@@ -118,12 +118,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
-
-        def traced_step() -> None:
-            step()
-            backend.after_step()
-
-        trace_path = backend.profile(traced_step, spec.profile_steps, spec.trace_dir)
+        trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mfu = peaks.mfu(

@@ -89,11 +89,16 @@ class Backend(ABC):
     def profiler_activities(self) -> list[ProfilerActivity]:
         return [ProfilerActivity.CPU]
 
-    def profile(self, step: Callable[[], None], steps: int, logdir: str) -> str:
-        """Trace ``steps`` extra steps with torch.profiler; returns the Chrome/Perfetto trace path."""
+    def profile(self, step: Callable[[], Any], steps: int, logdir: str) -> str:
+        """Trace ``steps`` extra steps (each with its ``after_step``) with torch.profiler.
+
+        Returns the path of a Chrome-format trace that Perfetto and chrome://tracing open.
+        """
         with profile(activities=self.profiler_activities(), record_shapes=True) as profiler:
             for _ in range(steps):
-                step()
+                output = step()
+                self.after_step()
+                del output
             self.synchronize()
         os.makedirs(logdir, exist_ok=True)
         path = os.path.join(logdir, "trace.json")

@@ -12,8 +12,10 @@ to the CPU: on a TPU those are migration blockers.
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,8 +33,24 @@ CACHE_COUNTERS = {
 }
 
 
+GOOGLE_PCI_VENDOR = "0x1ae0"  # the vendor id TPU chips show on the PCI bus
+
+
+def tpu_on_pci_bus() -> bool:
+    """Whether a TPU chip is on this host's PCI bus, read from sysfs without touching a runtime."""
+    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            with open(vendor) as stream:
+                if stream.read().strip() == GOOGLE_PCI_VENDOR:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def _pjrt_device() -> str:
-    return os.environ.get("PJRT_DEVICE", "TPU").upper()
+    """PJRT_DEVICE, or what torch_xla picks when it is unset: TPU where a chip is, else CPU."""
+    return os.environ.get("PJRT_DEVICE", "TPU" if tpu_on_pci_bus() else "CPU").upper()
 
 
 class XlaBackend(Backend):
@@ -135,15 +153,19 @@ class XlaBackend(Backend):
             **{column: met.counter_value(counter) or 0 for column, counter in CACHE_COUNTERS.items()},
         }
 
-    def profile(self, step, steps: int, logdir: str) -> str:
-        """An xplane trace of ``steps`` extra steps, each in a StepTrace, in XProf's layout."""
+    def profile(self, step: Callable[[], Any], steps: int, logdir: str) -> str:
+        """An xplane trace of ``steps`` extra steps, each in a StepTrace, in XProf's layout.
+
+        Leaving a StepTrace cuts and launches the step's graph, so it replaces ``after_step``.
+        """
         import torch_xla.debug.profiler as xp
 
         xp.start_trace(logdir)
         try:
             for index in range(steps):
                 with xp.StepTrace("train_step", step_num=index):
-                    step()
+                    output = step()
+                del output
             self.synchronize()
         finally:
             xp.stop_trace()

@@ -1,0 +1,23 @@
+"""--profile on the CPU backend: a torch.profiler trace after the measured steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tpubench import store
+from tpubench.runner import SuiteRunner, plan
+from workloads import get_workload
+
+
+def test_profile_writes_a_chrome_trace_apart_from_the_measured_steps(results_dir: Path) -> None:
+    specs = plan(
+        [get_workload("gpt2")], None, ["cpu"], ["train"], "float32", None, None, warmup=1, steps=2, profile_steps=2
+    )
+    [row] = SuiteRunner(results_dir).run(specs)
+    assert row["status"] == "ok", row.get("error")
+    trace = Path(row["trace_path"])
+    assert trace == (results_dir / "traces" / row["run_id"] / "trace.json").resolve()
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(event.get("name") == "aten::mm" for event in events)
+    assert len(store.load_steps(results_dir, phase="measure")) == 2

@@ -1,0 +1,148 @@
+"""The XLA backends with real torch_xla on the PJRT CPU device (no chip is faked).
+
+Workers run under the torch_xla interpreter (fixture ``xla_python``), the parent under
+this one, exactly as ``tpubench run --python xla=...`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, tpubench
+
+from tpubench import store
+from tpubench.runner import SuiteRunner, plan
+from workloads import get_workload
+
+
+def run_xla(
+    results_dir: Path, python: str, workload: str = "gpt2", backend: str = "xla", mode: str = "train", **settings
+) -> dict:
+    specs = plan(
+        [get_workload(workload)],
+        None,
+        [backend],
+        [mode],
+        "float32",
+        None,
+        None,
+        **{"warmup": 1, "steps": 3, "timeout_s": 300, **settings},
+    )
+    [row] = SuiteRunner(results_dir, pythons={"xla": python}).run(specs)
+    assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
+    return row
+
+
+def test_train_compiles_settle_after_warmup_with_no_fallbacks(results_dir: Path, xla_python: str) -> None:
+    row = run_xla(results_dir, xla_python)
+    assert row["device"] == "CPU (PJRT)"
+    assert row["compile_count"] >= 2  # step 0, and step 1 once the optimizer state exists
+    assert row["recompiles_after_warmup"] == 0
+    assert row["warmup_steps"] >= 1 and row["compile_s"] > 0 and row["execute_s"] > 0
+    assert row["fallback_op_count"] == 0 and json.loads(row["fallback_ops"]) == {}
+    assert 0 < row["median_host_ms"] < row["median_step_ms"]  # tracing is part of the synchronised step
+    steps = store.load_steps(results_dir)
+    measured = steps[steps.phase == "measure"]
+    assert measured.compile_count.nunique() == 1
+    assert (steps.host_ms <= steps.step_ms).all()
+
+
+def test_openxla_compile_backend_runs(results_dir: Path, xla_python: str) -> None:
+    row = run_xla(results_dir, xla_python, workload="llama3", backend="xla-compile", mode="infer")
+    assert row["compile_count"] >= 1 and row["recompiles_after_warmup"] == 0
+
+
+SHAPE_CHANGE = textwrap.dedent("""
+    import json
+    import torch_xla
+    from tpubench.backends.xla import XlaBackend
+    from tpubench.measure import make_step, run_protocol
+    from tpubench.spec import RunSpec
+    from workloads import load
+
+    backend = XlaBackend()
+    instance = load("gpt2", "tiny", device=backend.device(), batch_size=4, seq_len=32)
+    step = make_step(instance, instance.model, "train")
+    spec = RunSpec("llm", "gpt2", "tiny", "xla", "train", "float32", 4, 32, warmup=1, steps=3)
+    first = run_protocol(spec, backend, step)
+    smaller = load("gpt2", "tiny", device=backend.device(), batch_size=2, seq_len=32).batch
+    instance.batch.update(smaller)  # same model and optimizer, new batch shape
+    second = run_protocol(spec, backend, step)
+    print(json.dumps([first.compile_count, first.recompiles_after_warmup,
+                      second.compile_count, second.recompiles_after_warmup]))
+""")
+
+
+def test_a_new_batch_shape_adds_exactly_one_compilation(xla_python: str) -> None:
+    """Same model and optimizer, batch 4 then 2: one new train-step graph, then stable again."""
+    result = subprocess.run(
+        [xla_python, "-c", SHAPE_CHANGE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    first_count, first_recompiles, second_count, second_recompiles = json.loads(result.stdout.splitlines()[-1])
+    assert first_recompiles == 0 and second_recompiles == 0
+    assert second_count == first_count + 1
+
+
+def test_cpu_fallback_ops_are_recorded(fault_workloads: None, results_dir: Path, xla_python: str) -> None:
+    row = run_xla(results_dir, xla_python, workload="xla-fallback")
+    fallbacks = json.loads(row["fallback_ops"])
+    assert "aten::bincount" in fallbacks and row["fallback_op_count"] >= fallbacks["aten::bincount"] > 0
+
+
+def test_profile_writes_an_xplane_trace_with_step_annotations(results_dir: Path, xla_python: str) -> None:
+    from xprof.profile_data import ProfileData
+
+    row = run_xla(results_dir, xla_python, mode="infer", profile_steps=2)
+    trace_dir = Path(row["trace_path"])
+    assert trace_dir == (results_dir / "traces" / row["run_id"]).resolve()
+    [xplane] = trace_dir.glob("plugins/profile/*/*.xplane.pb")
+    assert xplane.stat().st_size > 0
+    names = {
+        event.name
+        for plane in ProfileData.from_file(str(xplane)).planes
+        for line in plane.lines
+        for event in line.events
+    }
+    assert "train_step" in names  # the StepTrace annotation of each traced step
+    assert len(store.load_steps(results_dir, phase="measure")) == 3  # traced steps are not measured ones
+
+
+def test_compile_cache_is_used_on_the_second_cold_start(results_dir: Path, xla_python: str, tmp_path: Path) -> None:
+    cache = str(tmp_path / "cache")
+    cold = run_xla(results_dir, xla_python, mode="infer", compile_cache=cache)
+    warm = run_xla(results_dir, xla_python, mode="infer", compile_cache=cache)
+    assert cold["compile_cache"] == cache and cold["compile_cache_misses"] == cold["compile_count"]
+    assert warm["compile_cache_misses"] == 0
+    # Entries found on disk: loaded (a hit) or, on PJRT CPU, found but not deserialisable.
+    assert warm["compile_cache_hits"] + warm["compile_cache_load_failures"] == warm["compile_count"]
+    if warm["compile_cache_hits"]:
+        assert warm["compile_s"] < cold["compile_s"]
+
+
+def test_missing_torch_xla_is_unavailable_and_names_the_interpreter(results_dir: Path) -> None:
+    import sys
+
+    specs = plan([get_workload("gpt2")], None, ["xla"], ["infer"], "float32", None, None, steps=1)
+    [row] = SuiteRunner(results_dir).run(specs)  # this interpreter has no torch_xla
+    if row["status"] == "ok":
+        pytest.skip("torch_xla is importable in the test interpreter")
+    assert row["status"] == "unavailable"
+    assert "torch_xla not installed" in row["error"] and sys.executable in row["error"]
+
+
+def test_unwritable_compile_cache_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = tpubench("run", "--backend", "cpu", "--compile-cache", str(blocker / "cache"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: --compile-cache") and "cannot create it" in result.stderr
