@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Like the CLI's parent process: an installed torch_tpu must not load into the test process.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
 TESTS_DIR = Path(__file__).resolve().parent
 
 

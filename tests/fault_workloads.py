@@ -104,3 +104,34 @@ FALLBACK = Workload(
 )
 
 WORKLOADS = (*WORKLOADS, FALLBACK)
+
+
+def _force_tpu_init() -> None:
+    """What any worker does that brings TorchTPU's runtime up: on a host with no chip, the
+    library itself aborts (SIGABRT). TPU_SKIP_MDS_QUERY=1 keeps it from polling the cloud
+    metadata server for minutes first."""
+    os.environ["TPU_SKIP_MDS_QUERY"] = "1"
+    import torch_tpu._loader
+
+    torch_tpu._loader._init_device("tpu")
+    torch.zeros(1, device="tpu")
+
+
+def _report_environment() -> None:
+    """Write what this worker's torch looks like to $TPUBENCH_TEST_REPORT (a JSON file)."""
+    import json
+
+    import torch._dynamo
+
+    report = {
+        "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"),
+        "allow_rnn": torch._dynamo.config.allow_rnn,
+        "trace_autograd_ops": getattr(torch._dynamo.config, "trace_autograd_ops", None),
+        "has_torch_tpu_module": hasattr(torch, "tpu"),
+        "tpu_compile_backend": "tpu" in torch._dynamo.list_backends(),
+    }
+    with open(os.environ["TPUBENCH_TEST_REPORT"], "w") as stream:
+        json.dump(report, stream)
+
+
+WORKLOADS = (*WORKLOADS, _workload("tpu-force-init", _force_tpu_init), _workload("env-report", _report_environment))

@@ -1,5 +1,5 @@
 """``python -m tpubench`` is the ``tpubench`` command."""
 
-from tpubench.cli import main
+from tpubench.console import main
 
 main()

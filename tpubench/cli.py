@@ -20,6 +20,7 @@ from typer.exceptions import TyperException
 
 from tpubench import __version__, report
 from tpubench.backends import BACKENDS
+from tpubench.backends.tpu import EAGER_MODES
 from tpubench.fingerprint import git_sha, host_facts
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
@@ -208,12 +209,17 @@ def run(
     profile: Annotated[bool, typer.Option(help="Trace extra steps after the measured ones.")] = False,
     profile_steps: Annotated[int, typer.Option(min=1, help="Steps traced with --profile.")] = 3,
     compile_cache: Annotated[Path | None, typer.Option(help="Persistent compilation cache directory (XLA).")] = None,
+    tpu_eager_mode: Annotated[
+        str | None, typer.Option(help=f"TorchTPU eager mode for tpu backends: {' or '.join(EAGER_MODES)}.")
+    ] = None,
 ) -> None:
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
     chosen_workloads = _select_workloads(suite, workload)
     chosen_backends = _choose("backend", backend, list(BACKENDS))
     chosen_modes = _choose("mode", mode, list(MODES))
     _choose("dtype", [dtype], list(DTYPES))
+    if tpu_eager_mode is not None:
+        _choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
     all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
     chosen_sizes = _choose("size", size, all_sizes)
     if compile_cache is not None:
@@ -232,6 +238,7 @@ def run(
             timeout_s=timeout,
             profile_steps=profile_steps if profile else 0,
             compile_cache=str(compile_cache) if compile_cache else None,
+            tpu_eager_mode=tpu_eager_mode,
         )
     except ValueError as error:
         raise BadInput(str(error)) from error
@@ -263,8 +270,6 @@ def run(
 
 
 def main() -> None:
-    # The parent only plans and stores; keep an installed TPU plugin from loading into it.
-    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         code = app(standalone_mode=False)
     except TyperException as error:  # our BadInput and the parser's usage errors alike

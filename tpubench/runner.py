@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tpubench import store
-from tpubench.backends import BACKENDS, get_backend
+from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import classify, run_worker, worker_env
 from tpubench.spec import RunSpec
@@ -158,7 +158,7 @@ class SuiteRunner:
         probes = self.probe_all([spec.backend for spec in specs])
         facts = {}
         for backend, probe_result in probes.items():
-            backend_env = worker_env(BACKENDS[backend].worker_env)
+            backend_env = worker_env(get_backend(backend).worker_env)
             facts[backend] = fingerprint(probe_result, backend, backend_env)
         done = self._already_done()
         rows: list[dict[str, Any]] = []
@@ -190,7 +190,7 @@ class SuiteRunner:
             outcome = run_worker(
                 {"kind": "run", "spec": spec.to_json()},
                 python=self.python_for(spec.backend),
-                env=worker_env(BACKENDS[spec.backend].worker_env),
+                env=worker_env(get_backend(spec.backend).worker_env),
                 timeout_s=spec.timeout_s,
                 on_event=lambda event: self.observer.on_event(spec, event),
             )

@@ -64,6 +64,7 @@ RUNS = pa.schema(
         ("compile_cache_misses", _int),
         ("compile_cache_load_failures", _int),
         ("trace_path", _string),
+        ("tpu_eager_mode", _string),
         ("backend_metrics", _string),
         ("worker_wall_s", _float),
         ("host", _string),

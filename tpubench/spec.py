@@ -27,6 +27,7 @@ class RunSpec:
     profile_steps: int = 0  # extra traced steps after the measured ones (0: no trace)
     trace_dir: str | None = None  # where the trace goes: <results>/traces/<run_id>
     compile_cache: str | None = None  # persistent compilation cache directory
+    tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

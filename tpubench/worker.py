@@ -38,6 +38,7 @@ BACKEND_COLUMNS = (
     "compile_cache_hits",
     "compile_cache_misses",
     "compile_cache_load_failures",
+    "tpu_eager_mode",
 )
 
 
@@ -80,7 +81,7 @@ def _is_oom(error: BaseException) -> bool:
 def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     """Build, check the memory estimate, time, and summarise one run into a result row."""
     backend = get_backend(spec.backend)
-    backend.setup(spec.compile_cache)
+    backend.setup(spec)
     availability = backend.availability()
     if not availability.available:
         return {"status": "unavailable", "error": availability.reason}

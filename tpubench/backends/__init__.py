@@ -9,13 +9,23 @@ from __future__ import annotations
 from tpubench.backends.base import Availability, Backend, StepTimer
 from tpubench.backends.cpu import CpuBackend, CpuCompileBackend
 from tpubench.backends.cuda import CudaBackend, CudaCompileBackend
+from tpubench.backends.tpu import TpuBackend, TpuCompileBackend
 from tpubench.backends.xla import XlaBackend, XlaCompileBackend
 
 __all__ = ["BACKENDS", "Availability", "Backend", "StepTimer", "get_backend"]
 
 BACKENDS: dict[str, type[Backend]] = {
     cls.name: cls
-    for cls in (CpuBackend, CpuCompileBackend, CudaBackend, CudaCompileBackend, XlaBackend, XlaCompileBackend)
+    for cls in (
+        CpuBackend,
+        CpuCompileBackend,
+        CudaBackend,
+        CudaCompileBackend,
+        XlaBackend,
+        XlaCompileBackend,
+        TpuBackend,
+        TpuCompileBackend,
+    )
 }
 
 

@@ -12,11 +12,13 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+
+from tpubench.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,12 @@ class Backend(ABC):
     name: str
     device_kind: str  # "cpu", "cuda" or "tpu": selects the workload's default shapes
     description: str
-    #: Variables set in this backend's worker before Python starts. Non-TPU workers turn
-    #: off torch's device-backend autoload so an installed TPU plugin cannot alter them.
-    worker_env: ClassVar[dict[str, str]] = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """Variables set in this backend's worker before Python starts. Non-TPU workers turn
+        off torch's device-backend autoload so an installed TPU plugin cannot alter them."""
+        return {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
     @abstractmethod
     def availability(self) -> Availability:
@@ -70,8 +75,9 @@ class Backend(ABC):
     @abstractmethod
     def device(self) -> torch.device: ...
 
-    def setup(self, compile_cache: str | None) -> None:
-        """Prepare the runtime before anything touches the device (e.g. a persistent compile cache)."""
+    def setup(self, spec: RunSpec) -> None:
+        """Configure the runtime from the run's settings before anything touches the device
+        (a persistent compile cache, an eager mode)."""
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """Wrap the model for execution (``torch.compile`` and friends). Eager: unchanged."""

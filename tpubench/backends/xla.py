@@ -12,7 +12,6 @@ to the CPU: on a TPU those are migration blockers.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from collections.abc import Callable
@@ -24,6 +23,8 @@ from torch import nn
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.backends.cpu import CpuBackend
+from tpubench.backends.tpu import google_pci_devices
+from tpubench.spec import RunSpec
 
 #: metrics counters reported per run, and the columns they become
 CACHE_COUNTERS = {
@@ -33,24 +34,9 @@ CACHE_COUNTERS = {
 }
 
 
-GOOGLE_PCI_VENDOR = "0x1ae0"  # the vendor id TPU chips show on the PCI bus
-
-
-def tpu_on_pci_bus() -> bool:
-    """Whether a TPU chip is on this host's PCI bus, read from sysfs without touching a runtime."""
-    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
-        try:
-            with open(vendor) as stream:
-                if stream.read().strip() == GOOGLE_PCI_VENDOR:
-                    return True
-        except OSError:
-            continue
-    return False
-
-
 def _pjrt_device() -> str:
     """PJRT_DEVICE, or what torch_xla picks when it is unset: TPU where a chip is, else CPU."""
-    return os.environ.get("PJRT_DEVICE", "TPU" if tpu_on_pci_bus() else "CPU").upper()
+    return os.environ.get("PJRT_DEVICE", "TPU" if google_pci_devices() else "CPU").upper()
 
 
 class XlaBackend(Backend):
@@ -85,12 +71,12 @@ class XlaBackend(Backend):
         name = "CPU (PJRT)" if kind.lower() == "cpu" else kind
         return Availability(True, device_name=name, device_count=count, versions=versions)
 
-    def setup(self, compile_cache: str | None) -> None:
+    def setup(self, spec: RunSpec) -> None:
         """Turn on XLA's persistent compilation cache; it must precede any XLA computation."""
-        if compile_cache:
+        if spec.compile_cache:
             import torch_xla.runtime as xr
 
-            xr.initialize_cache(os.path.join(compile_cache, "xla"), readonly=False)
+            xr.initialize_cache(os.path.join(spec.compile_cache, "xla"), readonly=False)
 
     def device(self) -> torch.device:
         import torch_xla
