@@ -36,10 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
+# As in tpubench's workers: an installed torch_tpu must not load into this process.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402 - after the autoload switch
 
 from tpubench.backends import get_backend  # noqa: E402 - needs the checkout on sys.path
 from tpubench.measure import make_step, run_protocol  # noqa: E402
