@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from workloads import llm
-from workloads.base import Shape, Workload
+from workloads.base import Shape
 from workloads.llm import DecoderConfig
 
 
@@ -72,19 +72,11 @@ class GPT2(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-WORKLOAD = Workload(
+WORKLOAD = llm.decoder_workload(
     name="gpt2",
-    suite="llm",
     family="gpt",
     description="GPT-2-style decoder: LayerNorm, GELU MLP, learned positions, tied LM head",
     sizes=SIZES,
-    default_size="tiny",
     default_shape={"cpu": Shape(4, 128), "cuda": Shape(8, 1024), "tpu": Shape(8, 1024)},
     build_model=GPT2,
-    make_batch=llm.make_tokens,
-    loss=llm.next_token_loss,
-    forward=llm.logits,
-    flops=llm.decoder_flops,
-    estimate_memory_bytes=llm.estimate_memory_bytes,
-    max_seq_len=lambda config: config.max_seq_len,
 )

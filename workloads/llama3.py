@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from workloads import llm
-from workloads.base import Shape, Workload
+from workloads.base import Shape
 from workloads.llm import DecoderConfig
 
 ROPE_THETA = 500_000.0
@@ -141,19 +141,11 @@ class Llama3(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-WORKLOAD = Workload(
+WORKLOAD = llm.decoder_workload(
     name="llama3",
-    suite="llm",
     family="llama",
     description="Llama-3-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention",
     sizes=SIZES,
-    default_size="tiny",
     default_shape={"cpu": Shape(4, 128), "cuda": Shape(4, 2048), "tpu": Shape(4, 2048)},
     build_model=Llama3,
-    make_batch=llm.make_tokens,
-    loss=llm.next_token_loss,
-    forward=llm.logits,
-    flops=llm.decoder_flops,
-    estimate_memory_bytes=llm.estimate_memory_bytes,
-    max_seq_len=lambda config: config.max_seq_len,
 )

@@ -6,13 +6,14 @@ XLA compiles each (batch, sequence) shape once and never again.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import Batch
+from workloads.base import Batch, Shape, Workload
 
 
 @dataclass(frozen=True)
@@ -105,3 +106,30 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
         k = k.repeat_interleave(repeat, dim=1)
         v = v.repeat_interleave(repeat, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def decoder_workload(
+    name: str,
+    family: str,
+    description: str,
+    sizes: Mapping[str, DecoderConfig],
+    default_shape: Mapping[str, Shape],
+    build_model: Callable[[DecoderConfig], nn.Module],
+) -> Workload:
+    """An llm-suite workload: next-token loss on synthetic tokens, FLOPs and memory from the config."""
+    return Workload(
+        name=name,
+        suite="llm",
+        family=family,
+        description=description,
+        sizes=sizes,
+        default_size="tiny",
+        default_shape=default_shape,
+        build_model=build_model,
+        make_batch=make_tokens,
+        loss=next_token_loss,
+        forward=logits,
+        flops=decoder_flops,
+        estimate_memory_bytes=estimate_memory_bytes,
+        max_seq_len=lambda config: config.max_seq_len,
+    )

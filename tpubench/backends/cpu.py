@@ -7,7 +7,6 @@ import resource
 
 import psutil
 import torch
-from torch import nn
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
@@ -50,15 +49,6 @@ class CpuBackend(Backend):
         return {"num_threads": torch.get_num_threads()}
 
 
-class CpuCompileBackend(CpuBackend):
+class CpuCompileBackend(dynamo.InductorCompiled, CpuBackend):
     name = "cpu-compile"
     description = "torch.compile (Inductor) on the host CPU"
-
-    def prepare(self, model: nn.Module) -> nn.Module:
-        return dynamo.compile_model(model)
-
-    def compile_count(self) -> int:
-        return dynamo.compile_count()
-
-    def compile_seconds(self) -> float | None:
-        return dynamo.compile_seconds()

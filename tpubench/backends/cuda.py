@@ -7,7 +7,6 @@ between the events, read after a synchronisation.
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.profiler import ProfilerActivity
 
 from tpubench.backends import dynamo
@@ -79,15 +78,6 @@ class CudaBackend(Backend):
         return {"float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
-class CudaCompileBackend(CudaBackend):
+class CudaCompileBackend(dynamo.InductorCompiled, CudaBackend):
     name = "cuda-compile"
     description = "torch.compile (Inductor/Triton) on an NVIDIA GPU"
-
-    def prepare(self, model: nn.Module) -> nn.Module:
-        return dynamo.compile_model(model)
-
-    def compile_count(self) -> int:
-        return dynamo.compile_count()
-
-    def compile_seconds(self) -> float | None:
-        return dynamo.compile_seconds()

@@ -33,3 +33,16 @@ def compile_seconds() -> float | None:
 def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
     """Compile with static shapes: a benchmark's shapes never change, so neither should graphs."""
     return torch.compile(model, backend=backend, dynamic=False)
+
+
+class InductorCompiled:
+    """Mixin for a backend that runs the model through ``torch.compile`` with Inductor."""
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        return compile_model(model)
+
+    def compile_count(self) -> int:
+        return compile_count()
+
+    def compile_seconds(self) -> float | None:
+        return compile_seconds()
