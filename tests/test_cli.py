@@ -93,7 +93,8 @@ def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
     assert set(runs.backend) == {"cpu", "cpu-compile"} and set(runs["mode"]) == {"train", "infer"}
     assert (runs.median_step_ms > 0).all() and (runs.tokens_per_s > 0).all()
     assert (runs.p10_step_ms <= runs.median_step_ms).all() and (runs.median_step_ms <= runs.p90_step_ms).all()
-    assert runs.mfu.isna().all()  # a CPU has no entry in the peak table
+    assert runs.mfu.isna().all()  # a CPU has no entry in the peak table, and each row says so
+    assert runs.warnings.str.contains("no peak float32 FLOP/s known").all()
     assert (runs.peak_mem_bytes > 0).all() and (runs.flops_per_step > 0).all()
     assert json.loads(runs.tags[0]) == {"purpose": "test"}
     assert runs.fingerprint.nunique() == 1  # cpu and cpu-compile share an interpreter and device

@@ -11,6 +11,8 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from tpubench import TpubenchWarning
+
 TERA = 1e12
 
 
@@ -60,7 +62,9 @@ def peak_flops(device_name: str, dtype: str, float32_matmul_precision: str = "hi
     peak = lookup(device_name)
     key = "tf32" if dtype == "float32" and float32_matmul_precision != "highest" else dtype
     if peak is None or key not in peak.flops:
-        warnings.warn(f"no peak {key} FLOP/s known for device {device_name!r}; MFU left null", stacklevel=2)
+        warnings.warn(
+            f"no peak {key} FLOP/s known for device {device_name!r}; MFU left null", TpubenchWarning, stacklevel=2
+        )
         return None
     return peak.flops[key]
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tpubench import TpubenchWarning
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.spec import RunSpec
@@ -85,6 +86,7 @@ def tpu_cache_stats() -> dict[str, int] | None:
     if reader is None:
         warnings.warn(
             f"torch.tpu._get_cache_stats is missing in torch_tpu {_version('torch_tpu')}; compile counts left null",
+            TpubenchWarning,
             stacklevel=2,
         )
         return None
