@@ -32,8 +32,9 @@ SIZES = {
 
 
 class Block(nn.Module):
-    def __init__(self, config: DecoderConfig):
+    def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
+        self.layer = layer
         self.n_head = config.n_head
         self.ln_1 = nn.LayerNorm(config.d_model)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
@@ -45,11 +46,11 @@ class Block(nn.Module):
             nn.Linear(config.d_ff, config.d_model),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: llm.KVCache | None, positions: torch.Tensor | None) -> torch.Tensor:
         batch, seq, dim = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(dim, dim=2)
         q, k, v = (t.view(batch, seq, self.n_head, dim // self.n_head).transpose(1, 2) for t in (q, k, v))
-        attended = llm.causal_attention(q, k, v).transpose(1, 2).reshape(batch, seq, dim)
+        attended = llm.attention(q, k, v, cache, self.layer, positions).transpose(1, 2).reshape(batch, seq, dim)
         x = x + self.proj(attended)
         return x + self.mlp(self.ln_2(x))
 
@@ -59,16 +60,20 @@ class GPT2(nn.Module):
         super().__init__()
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = nn.Embedding(config.max_seq_len, config.d_model)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.token_embedding.weight
         self.register_buffer("positions", torch.arange(config.max_seq_len), persistent=False)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = self.token_embedding(input_ids) + self.position_embedding(self.positions[: input_ids.shape[1]])
+    def forward(
+        self, input_ids: torch.Tensor, cache: llm.KVCache | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits for ``input_ids``; with a cache, the tokens sit at ``positions`` (see llm.attention)."""
+        positions = self.positions[: input_ids.shape[1]] if positions is None else positions
+        x = self.token_embedding(input_ids) + self.position_embedding(positions)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, cache, positions)
         return self.lm_head(self.ln_f(x))
 
 

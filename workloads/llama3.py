@@ -71,30 +71,36 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
 
-def rope_tables(
-    seq_len: int, head_dim: int, device: torch.device, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin for positions 0..seq_len-1, computed in float32 then cast (bf16 angles drift)."""
-    inverse = ROPE_THETA ** -(torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inverse)
+def rope_tables(positions: torch.Tensor, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin at ``positions``, computed in float32 then cast (bf16 angles drift)."""
+    inverse = ROPE_THETA ** -(torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = torch.outer(positions.to(torch.float32), inverse)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: DecoderConfig):
+    def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
+        self.layer = layer
         self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
         self.q = nn.Linear(config.d_model, config.n_head * config.head_dim, bias=False)
         self.k = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
         self.v = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
         self.o = nn.Linear(config.n_head * config.head_dim, config.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: llm.KVCache | None,
+        positions: torch.Tensor | None,
+    ) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.q(x).view(batch, seq, self.n_head, self.head_dim).transpose(1, 2)
         k = self.k(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = self.v(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
-        attended = llm.causal_attention(rotate(q, cos, sin), rotate(k, cos, sin), v)
+        attended = llm.attention(rotate(q, cos, sin), rotate(k, cos, sin), v, cache, self.layer, positions)
         return self.o(attended.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -110,15 +116,22 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: DecoderConfig):
+    def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
         self.attention_norm = nn.RMSNorm(config.d_model, eps=1e-5)
-        self.attention = Attention(config)
+        self.attention = Attention(config, layer)
         self.ffn_norm = nn.RMSNorm(config.d_model, eps=1e-5)
         self.ffn = SwiGLU(config)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), cos, sin)
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: llm.KVCache | None,
+        positions: torch.Tensor | None,
+    ) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin, cache, positions)
         return x + self.ffn(self.ffn_norm(x))
 
 
@@ -127,17 +140,22 @@ class Llama3(nn.Module):
         super().__init__()
         self.head_dim = config.head_dim
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=1e-5)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tied_embeddings:
             self.lm_head.weight = self.token_embedding.weight
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, cache: llm.KVCache | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits for ``input_ids``; with a cache, the tokens sit at ``positions`` (see llm.attention)."""
         x = self.token_embedding(input_ids)
-        cos, sin = rope_tables(input_ids.shape[1], self.head_dim, x.device, x.dtype)
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        cos, sin = rope_tables(positions, self.head_dim, x.dtype)
         for block in self.blocks:
-            x = block(x, cos, sin)
+            x = block(x, cos, sin, cache, positions)
         return self.lm_head(self.norm(x))
 
 

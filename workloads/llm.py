@@ -99,13 +99,69 @@ def estimate_memory_bytes(config: DecoderConfig, batch_size: int, seq_len: int, 
     return params * element + layer_activations + logits_bytes
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """(B, H, S, D) causal attention; grouped KV heads are repeated to match the queries."""
-    if k.shape[1] != q.shape[1]:
-        repeat = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(repeat, dim=1)
-        v = v.repeat_interleave(repeat, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+@dataclass
+class KVCache:
+    """A static key/value cache: one (B, kv_heads, length, head_dim) pair per layer.
+
+    Shapes are fixed when it is allocated and it is updated in place, so a decode step
+    has the same shapes at every position and XLA compiles it once.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @classmethod
+    def allocate(
+        cls, config: DecoderConfig, batch_size: int, length: int, device: torch.device, dtype: torch.dtype
+    ) -> KVCache:
+        shape = (batch_size, config.kv_heads, length, config.head_dim)
+        return cls(
+            [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)],
+            [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)],
+        )
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache: KVCache | None = None,
+    layer: int = 0,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(B, H, T, D) causal attention; grouped KV heads are repeated to match the queries.
+
+    With a cache, k and v are written at ``positions`` (a device tensor, so the graph does
+    not change with the position) and the queries attend to every cached position up to
+    their own, through a mask over the cache's full static length.
+    """
+    if cache is None:
+        keys, values, mask, causal = k, v, None, True
+    else:
+        cache.keys[layer].index_copy_(2, positions, k)
+        cache.values[layer].index_copy_(2, positions, v)
+        keys, values, causal = cache.keys[layer], cache.values[layer], False
+        mask = torch.arange(keys.shape[2], device=q.device)[None, :] <= positions[:, None]
+    if keys.shape[1] != q.shape[1]:
+        repeat = q.shape[1] // keys.shape[1]
+        keys = keys.repeat_interleave(repeat, dim=1)
+        values = values.repeat_interleave(repeat, dim=1)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal)
+
+
+def prefill(model: nn.Module, batch: Batch, cache: KVCache) -> torch.Tensor:
+    """Run the prompt through the model, filling the cache; returns the first greedy token (B, 1)."""
+    prompt = batch["input_ids"]
+    positions = torch.arange(prompt.shape[1], device=prompt.device)
+    logits = model(prompt, cache=cache, positions=positions)
+    return logits[:, -1:].argmax(dim=-1)
+
+
+def decode(model: nn.Module, token: torch.Tensor, position: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """One greedy decode step at ``position`` (a 1-element device tensor, advanced in place)."""
+    logits = model(token, cache=cache, positions=position)
+    position.add_(1)
+    return logits[:, -1:].argmax(dim=-1)
 
 
 def decoder_workload(
