@@ -50,7 +50,7 @@ def test_python_m_tpubench_is_the_same_command() -> None:
         (["run", "--suite", "vision2"], "unknown suite 'vision2'; valid: llm"),
         (["run", "--workload", "bert"], "unknown workload 'bert'; valid: gpt2, llama3"),
         (["run", "--backend", "tpu9"], "unknown backend 'tpu9'; valid: cpu, cpu-compile, cuda, cuda-compile"),
-        (["run", "--mode", "serve"], "unknown mode 'serve'; valid: train, infer"),
+        (["run", "--mode", "serve"], "unknown mode 'serve'; valid: train, infer, prefill, decode"),
         (["run", "--size", "70b"], "unknown size '70b'; valid: tiny, 124m"),
         (["run", "--dtype", "int8"], "unknown dtype 'int8'; valid: float32, bfloat16"),
         (["run", "--steps", "0"], "--steps"),
@@ -58,6 +58,9 @@ def test_python_m_tpubench_is_the_same_command() -> None:
         (["run", "--tag", "novalue"], "--tag expects KEY=VALUE"),
         (["run", "--workload", "gpt2", "--seq-len", "4096"], "exceeds gpt2/tiny's context of 1024"),
         (["list", "--suite", "nope"], "unknown suite 'nope'"),
+        (["run", "--batch-size", "1,8,x"], "--batch-size expects positive integers separated by commas"),
+        (["run", "--gen-len", "12,,3"], "--gen-len expects positive integers"),
+        (["run", "--mode", "decode", "--prompt-len", "1000", "--gen-len", "100"], "exceeds gpt2/tiny's context"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:

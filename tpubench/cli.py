@@ -25,7 +25,7 @@ from tpubench.fingerprint import git_sha, host_facts
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR
-from workloads import MODES, Workload, registry, suites
+from workloads import GENERATION_MODES, MODES, Workload, registry, suites
 
 app = typer.Typer(
     add_completion=False,
@@ -64,6 +64,16 @@ def _pythons(pairs: list[str] | None) -> dict[str, str]:
     pythons = _key_values("--python", pairs)
     _choose("backend", list(pythons), list(BACKENDS))
     return pythons
+
+
+def _int_list(option: str, text: str | None) -> list[int] | None:
+    """``"1,8,32"`` as ``[1, 8, 32]`` (a sweep); anything but positive integers is a BadInput."""
+    if text is None:
+        return None
+    values = [part.strip() for part in text.split(",")]
+    if not all(value.isdigit() and int(value) > 0 for value in values):
+        raise BadInput(f"{option} expects positive integers separated by commas, got {text!r}")
+    return list(dict.fromkeys(int(value) for value in values))
 
 
 def _writable_dir(option: str, path: Path) -> Path:
@@ -194,10 +204,16 @@ def run(
     suite: Annotated[str | None, typer.Option(help="Suite to run (default: every workload).")] = None,
     workload: Annotated[list[str] | None, typer.Option(help="Workload name; repeatable.")] = None,
     backend: Annotated[list[str] | None, typer.Option(help="Backend; repeatable (default: all available).")] = None,
-    mode: Annotated[list[str] | None, typer.Option(help="train or infer; repeatable (default: both).")] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option(help="train, infer, prefill or decode; repeatable (default: train, infer).")
+    ] = None,
     size: Annotated[list[str] | None, typer.Option(help="Size name; repeatable (default: each workload's).")] = None,
-    batch_size: Annotated[int | None, typer.Option(min=1, help="Batch size (default: per device kind).")] = None,
-    seq_len: Annotated[int | None, typer.Option(min=1, help="Sequence length (default: per device kind).")] = None,
+    batch_size: Annotated[
+        str | None, typer.Option(help="Batch size(s), e.g. 8 or 1,8,32 (default: per device).")
+    ] = None,
+    seq_len: Annotated[str | None, typer.Option(help="Sequence length(s); for prefill/decode the prompt.")] = None,
+    prompt_len: Annotated[str | None, typer.Option(help="Prompt length(s) for prefill/decode (= --seq-len).")] = None,
+    gen_len: Annotated[str | None, typer.Option(help="Output tokens per sequence for decode, e.g. 128.")] = None,
     dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
     warmup: Annotated[int, typer.Option(min=0, help="Minimum warm-up steps (more while compiling).")] = 3,
     steps: Annotated[int, typer.Option(min=1, help="Measured steps per run.")] = 10,
@@ -216,7 +232,7 @@ def run(
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
     chosen_workloads = _select_workloads(suite, workload)
     chosen_backends = _choose("backend", backend, list(BACKENDS))
-    chosen_modes = _choose("mode", mode, list(MODES))
+    chosen_modes = _choose("mode", mode, list(MODES + GENERATION_MODES))
     _choose("dtype", [dtype], list(DTYPES))
     if tpu_eager_mode is not None:
         _choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
@@ -224,6 +240,11 @@ def run(
     chosen_sizes = _choose("size", size, all_sizes)
     if compile_cache is not None:
         compile_cache = _writable_dir("--compile-cache", compile_cache)
+    if seq_len is not None and prompt_len is not None:
+        raise BadInput("--seq-len and --prompt-len are the same setting; give one")
+    batch_sizes = _int_list("--batch-size", batch_size)
+    seq_lens = _int_list("--prompt-len" if prompt_len else "--seq-len", prompt_len or seq_len)
+    gen_lens = _int_list("--gen-len", gen_len)
     try:
         specs = plan(
             chosen_workloads,
@@ -231,8 +252,9 @@ def run(
             chosen_backends or list(BACKENDS),
             chosen_modes,
             dtype,
-            batch_size,
-            seq_len,
+            batch_sizes,
+            seq_lens,
+            gen_lens,
             warmup=warmup,
             steps=steps,
             timeout_s=timeout,

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tpubench.backends import Backend
+from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
 from workloads import Instance
 
@@ -76,6 +77,60 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
 
         return infer_step
     raise ValueError(f"unknown mode {mode!r}; valid: train, infer")
+
+
+def make_generation_step(
+    instance: Instance,
+    model: torch.nn.Module,
+    mode: str,
+    gen_len: int,
+    backend: Backend,
+    timings: list[GenerationTiming],
+) -> Callable[[], Any]:
+    """One prefill (mode ``prefill``) or one whole greedy generation of ``gen_len`` tokens.
+
+    The KV cache is allocated once, at prompt + generated length, and reused: every
+    generation overwrites the positions it reads. In ``decode`` mode each token is timed
+    on its own with the backend's timer (prefill = TTFT, each decode step = one ITL) and
+    appended to ``timings``; the protocol's own timer around the call gives end to end.
+    """
+    generation = instance.workload.generation
+    if generation is None:
+        raise ValueError(f"workload {instance.workload.name!r} has no {mode} mode")
+    model.eval()
+    prompt_len = instance.seq_len
+    config = instance.workload.config(instance.size)
+    device = instance.batch["input_ids"].device
+    dtype = next(instance.model.parameters()).dtype
+    length = prompt_len + (gen_len if mode == "decode" else 0)
+    cache = generation.allocate_cache(config, instance.batch_size, length, device, dtype)
+    position = torch.full((1,), prompt_len, dtype=torch.long, device=device)
+
+    def prefill_step() -> torch.Tensor:
+        with torch.no_grad():
+            return generation.prefill(model, instance.batch, cache)
+
+    if mode == "prefill":
+        return prefill_step
+
+    def generate() -> torch.Tensor:
+        timer = backend.timer()
+        with torch.no_grad():
+            position.fill_(prompt_len)
+            timer.start()
+            token = generation.prefill(model, instance.batch, cache)
+            backend.after_step()
+            timing = GenerationTiming(ttft_ms=timer.stop())
+            for _ in range(gen_len - 1):
+                timer.start()
+                token = generation.decode(model, token, position, cache)
+                backend.after_step()
+                timing.itl_ms.append(timer.stop())
+        timing.e2e_ms = timing.ttft_ms + sum(timing.itl_ms)
+        timings.append(timing)
+        return token
+
+    return generate
 
 
 def run_protocol(

@@ -25,23 +25,40 @@ def _bytes(value: Any) -> str:
 
 def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="tpubench results", show_lines=False)
-    for header in ("workload", "size", "backend", "mode", "status"):
+    for header in ("workload", "size", "backend", "mode", "shape", "status"):
         table.add_column(header)
-    for header in ("median ms", "p90 ms", "samples/s", "tokens/s", "MFU", "first step s", "compile s", "peak mem"):
+    headers = (
+        "median ms",
+        "p90 ms",
+        "samples/s",
+        "tokens/s",
+        "TTFT ms",
+        "TPOT ms",
+        "MFU",
+        "first step s",
+        "compile s",
+        "peak mem",
+    )
+    for header in headers:
         table.add_column(header, justify="right")
-    for row in rows:
+    order = ("workload", "size", "backend", "mode", "batch_size", "seq_len", "gen_len")
+    for row in sorted(rows, key=lambda r: tuple(r.get(key) or 0 for key in order)):  # sweeps grouped
         status = row["status"]
         mfu = row.get("mfu")
+        shape = f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
         table.add_row(
             row["workload"],
             row["size"],
             row["backend"],
             row["mode"],
+            shape,
             Text(status, style=STATUS_STYLE.get(status, "bold red")),
             _number(row.get("median_step_ms")),
             _number(row.get("p90_step_ms")),
             _number(row.get("samples_per_s"), 1),
             _number(row.get("tokens_per_s"), 0),
+            _number(row.get("ttft_p50_ms")),
+            _number(row.get("tpot_p50_ms")),
             "-" if mfu is None else f"{100 * mfu:.1f}%",
             _number(row.get("first_step_s")),
             _number(row.get("compile_s")),

@@ -22,7 +22,7 @@ from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import classify, run_worker, worker_env
 from tpubench.spec import RunSpec
-from workloads import Workload
+from workloads import MODES, Workload
 
 PROBE_TIMEOUT_S = 180.0
 
@@ -41,20 +41,33 @@ class _Silent:
     def on_finish(self, spec: RunSpec, row: dict[str, Any]) -> None: ...
 
 
+DEFAULT_GEN_LEN = 128
+
+
+def _as_list(value: int | Sequence[int] | None) -> list[int | None]:
+    if value is None:
+        return [None]
+    return [value] if isinstance(value, int) else list(value)
+
+
 def plan(
     workloads: Sequence[Workload],
     sizes: Sequence[str] | None,
     backends: Sequence[str],
     modes: Sequence[str] | None,
     dtype: str,
-    batch_size: int | None,
-    seq_len: int | None,
+    batch_size: int | Sequence[int] | None,
+    seq_len: int | Sequence[int] | None,
+    gen_len: int | Sequence[int] | None = None,
     **settings: Any,
 ) -> list[RunSpec]:
-    """Every (workload, size, backend, mode) combination, with per-device default shapes.
+    """Every combination of workload, size, backend, mode and shape, in that nesting order.
 
-    Sizes a workload does not define are skipped for that workload; modes likewise. A
-    sequence length beyond a model's context is a ValueError.
+    Shapes default per device kind; a list of batch sizes, sequence (prompt) lengths or
+    generation lengths is a sweep, one run per combination (generation lengths only apply
+    to decode). Sizes and modes a workload does not define are skipped for it. The
+    default modes are train and infer. A prompt plus generation beyond a model's context
+    is a ValueError.
     """
     specs = []
     for workload in workloads:
@@ -64,26 +77,35 @@ def plan(
             context = workload.max_seq_len(workload.config(size))
             for backend in backends:
                 shape = workload.shape_for(get_backend(backend).device_kind)
-                if (seq_len or shape.seq_len) > context:
-                    raise ValueError(
-                        f"--seq-len {seq_len or shape.seq_len} exceeds {workload.name}/{size}'s context of {context}"
-                    )
-                for mode in modes or workload.modes:
+                for mode in modes or MODES:
                     if mode not in workload.modes:
                         continue
-                    specs.append(
-                        RunSpec(
-                            suite=workload.suite,
-                            workload=workload.name,
-                            size=size,
-                            backend=backend,
-                            mode=mode,
-                            dtype=dtype,
-                            batch_size=batch_size or shape.batch_size,
-                            seq_len=seq_len or shape.seq_len,
-                            **settings,
-                        )
-                    )
+                    gens = _as_list(gen_len) if mode == "decode" else [0]
+                    for batch in _as_list(batch_size):
+                        for seq in _as_list(seq_len):
+                            for gen in gens:
+                                prompt, generated = seq or shape.seq_len, DEFAULT_GEN_LEN if gen is None else gen
+                                if prompt + generated > context:
+                                    what = (
+                                        f"prompt {prompt} + generation {generated}"
+                                        if generated
+                                        else f"--seq-len {prompt}"
+                                    )
+                                    raise ValueError(f"{what} exceeds {workload.name}/{size}'s context of {context}")
+                                specs.append(
+                                    RunSpec(
+                                        suite=workload.suite,
+                                        workload=workload.name,
+                                        size=size,
+                                        backend=backend,
+                                        mode=mode,
+                                        dtype=dtype,
+                                        batch_size=batch or shape.batch_size,
+                                        seq_len=prompt,
+                                        gen_len=generated,
+                                        **settings,
+                                    )
+                                )
     return specs
 
 
@@ -144,7 +166,17 @@ class SuiteRunner:
             return set()
         done = store.load_runs(self.results_dir, status="ok")
         return {
-            (row.workload, row.size, row.backend, row.mode, row.dtype, row.batch_size, row.seq_len, row.fingerprint)
+            (
+                row.workload,
+                row.size,
+                row.backend,
+                row.mode,
+                row.dtype,
+                row.batch_size,
+                row.seq_len,
+                row.gen_len,
+                row.fingerprint,
+            )
             for row in done.itertuples()
         }
 
@@ -211,6 +243,7 @@ class SuiteRunner:
             "dtype": spec.dtype,
             "batch_size": spec.batch_size,
             "seq_len": spec.seq_len,
+            "gen_len": spec.gen_len,
             "warmup_min_steps": spec.warmup,
             **{
                 key: fact[key]

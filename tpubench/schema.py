@@ -29,6 +29,7 @@ RUNS = pa.schema(
         ("dtype", _string),
         ("batch_size", _int),
         ("seq_len", _int),
+        ("gen_len", _int),
         ("warmup_min_steps", _int),
         ("status", _string),
         ("error", _string),
@@ -50,6 +51,11 @@ RUNS = pa.schema(
         ("median_host_ms", _float),
         ("samples_per_s", _float),
         ("tokens_per_s", _float),
+        *[(f"{metric}_p{p}_ms", _float) for metric in ("ttft", "tpot", "itl") for p in (50, 90, 99)],
+        ("output_tokens_per_s", _float),
+        ("total_tokens_per_s", _float),
+        ("decode_bytes_per_step", _float),
+        ("bandwidth_util", _float),
         ("flops_per_step", _float),
         ("mfu", _float),
         ("peak_mem_bytes", _int),
@@ -91,6 +97,8 @@ STEPS = pa.schema(
         ("phase", _string),
         ("step_ms", _float),
         ("host_ms", _float),
+        ("ttft_ms", _float),
+        ("tpot_ms", _float),
         ("compile_count", _int),
     ]
 )

@@ -19,7 +19,8 @@ class RunSpec:
     mode: str
     dtype: str
     batch_size: int
-    seq_len: int
+    seq_len: int  # for prefill and decode: the prompt length
+    gen_len: int = 0  # decode: output tokens per sequence, the prefill's first token included
     warmup: int = 3
     steps: int = 10
     timeout_s: float = 600.0
@@ -32,7 +33,16 @@ class RunSpec:
 
     def key(self) -> tuple:
         """The identity ``--resume`` matches on (settings that change the measurement)."""
-        return (self.workload, self.size, self.backend, self.mode, self.dtype, self.batch_size, self.seq_len)
+        return (
+            self.workload,
+            self.size,
+            self.backend,
+            self.mode,
+            self.dtype,
+            self.batch_size,
+            self.seq_len,
+            self.gen_len,
+        )
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -42,4 +52,5 @@ class RunSpec:
         return cls(**data)
 
     def label(self) -> str:
-        return f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} b{self.batch_size}xs{self.seq_len}"
+        shape = f"b{self.batch_size}xs{self.seq_len}" + (f"+g{self.gen_len}" if self.gen_len else "")
+        return f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} {shape}"

@@ -25,10 +25,11 @@ import torch
 
 from tpubench import TpubenchWarning, peaks
 from tpubench.backends import BACKENDS, get_backend
-from tpubench.measure import make_step, run_protocol
+from tpubench.measure import StepRecord, make_generation_step, make_step, run_protocol
+from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
-from workloads import build, get_workload
+from workloads import GENERATION_MODES, Workload, build, get_workload
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
 BACKEND_COLUMNS = (
@@ -89,7 +90,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     workload = get_workload(spec.workload)
     config = workload.config(spec.size)
     dtype = getattr(torch, spec.dtype)
-    estimate = workload.estimate_memory_bytes(config, spec.batch_size, spec.seq_len, spec.mode, dtype)
+    estimate = workload.estimate_memory_bytes(config, spec.batch_size, spec.seq_len + spec.gen_len, spec.mode, dtype)
     capacity = backend.memory_capacity_bytes()
     row: dict[str, Any] = {"device": availability.device_name, "estimated_mem_bytes": estimate}
     if capacity is not None and estimate > capacity:
@@ -107,18 +108,26 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     backend.reset_peak_memory()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step = make_step(instance, backend.prepare(instance.model), spec.mode)
+        model = backend.prepare(instance.model)
+        timings: list[GenerationTiming] = []
+        if spec.mode in GENERATION_MODES:
+            step = make_generation_step(instance, model, spec.mode, spec.gen_len, backend, timings)
+        else:
+            step = make_step(instance, model, spec.mode)
         measured = run_protocol(
             spec, backend, step, lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n)
         )
         summary = summarize(measured.measured_ms)
         step_s = summary.median / 1e3
-        flops = workload.flops(config, spec.batch_size, spec.seq_len, spec.mode)
+        flops = step_flops(workload, config, spec)
         extra = backend.extra_metrics()  # before profiling, so traced steps count in no figure
         peak_mem = backend.peak_memory_bytes()
         mfu = peaks.mfu(
             flops, step_s, availability.device_name, spec.dtype, extra.get("float32_matmul_precision", "highest")
         )
+        if spec.mode == "prefill":  # a prefill step is the time to first token
+            timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
+        serving = serving_columns(workload, config, spec, availability.device_name, timings[-spec.steps :])
     columns = {key: extra.pop(key) for key in BACKEND_COLUMNS if key in extra}
     if "fallback_ops" in columns:
         columns["fallback_op_count"] = sum(columns["fallback_ops"].values())
@@ -146,15 +155,65 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "compile_cache": spec.compile_cache,
         "trace_path": trace_path,
         "samples_per_s": spec.batch_size / step_s,
-        "tokens_per_s": spec.batch_size * spec.seq_len / step_s,
+        # decode: prompt and generated tokens per generation, like total_tokens_per_s
+        "tokens_per_s": spec.batch_size * (spec.seq_len + spec.gen_len) / step_s,
+        **serving,
         "flops_per_step": flops,
         "mfu": mfu,
         "peak_mem_bytes": peak_mem,
         "param_count": sum(p.numel() for p in instance.model.parameters()),
         "backend_metrics": json.dumps(extra, sort_keys=True),
         "warnings": "\n".join(notes) or None,
-        "steps": [asdict(r) for r in measured.records],
+        "steps": step_rows(measured.records, timings, spec.gen_len),
     }
+
+
+def step_rows(records: list[StepRecord], timings: list[GenerationTiming], gen_len: int) -> list[dict[str, Any]]:
+    """The steps table's rows; a decode run's steps are whole generations, with their TTFT and TPOT."""
+    rows = [asdict(record) for record in records]
+    if timings:  # one timing per generation, in the order the records were taken
+        for row, timing in zip(rows, timings, strict=True):
+            row["ttft_ms"] = timing.ttft_ms
+            row["tpot_ms"] = (timing.e2e_ms - timing.ttft_ms) / (gen_len - 1) if gen_len > 1 else None
+    return rows
+
+
+def step_flops(workload: Workload, config: Any, spec: RunSpec) -> float:
+    """FLOPs of one measured step: a train/infer step, a prefill, or a whole generation."""
+    if spec.mode == "prefill":
+        return workload.flops(config, spec.batch_size, spec.seq_len, "infer")
+    if spec.mode == "decode":
+        cache_len = spec.seq_len + spec.gen_len
+        per_token = workload.generation.decode_flops(config, spec.batch_size, cache_len)
+        return workload.flops(config, spec.batch_size, spec.seq_len, "infer") + (spec.gen_len - 1) * per_token
+    return workload.flops(config, spec.batch_size, spec.seq_len, spec.mode)
+
+
+def serving_columns(
+    workload: Workload, config: Any, spec: RunSpec, device_name: str, timings: list[GenerationTiming]
+) -> dict[str, Any]:
+    """Decode runs: vLLM-style latency percentiles, token throughputs and bandwidth utilisation."""
+    if spec.mode == "prefill":
+        return {
+            key: value
+            for key, value in serving_metrics(timings, spec.batch_size, spec.seq_len, 1).items()
+            if key.startswith("ttft")
+        }
+    if spec.mode != "decode":
+        return {}
+    metrics = serving_metrics(timings, spec.batch_size, spec.seq_len, spec.gen_len)
+    moved = workload.generation.decode_bytes(
+        config, spec.batch_size, spec.seq_len + spec.gen_len, getattr(torch, spec.dtype)
+    )
+    peak = peaks.lookup(device_name)
+    if peak is None:
+        warnings.warn(
+            f"no peak HBM bandwidth known for device {device_name!r}; bandwidth utilisation left null",
+            TpubenchWarning,
+            stacklevel=2,
+        )
+    utilisation = bandwidth_utilisation(moved, metrics["tpot_p50_ms"], peak.hbm_bytes_per_s if peak else None)
+    return {**metrics, "decode_bytes_per_step": moved, "bandwidth_util": utilisation}
 
 
 def main() -> None:

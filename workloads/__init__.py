@@ -13,9 +13,21 @@ import importlib
 import os
 
 from workloads import gpt2, llama3
-from workloads.base import MODES, Instance, Shape, Workload, build
+from workloads.base import GENERATION_MODES, MODES, Generation, Instance, Shape, Workload, build
 
-__all__ = ["MODES", "Instance", "Shape", "Workload", "build", "get_workload", "load", "registry", "suites"]
+__all__ = [
+    "GENERATION_MODES",
+    "MODES",
+    "Generation",
+    "Instance",
+    "Shape",
+    "Workload",
+    "build",
+    "get_workload",
+    "load",
+    "registry",
+    "suites",
+]
 
 _BUILTIN = (gpt2.WORKLOAD, llama3.WORKLOAD)
 PLUGIN_ENV = "TPUBENCH_WORKLOAD_MODULES"

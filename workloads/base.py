@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 MODES = ("train", "infer")
+GENERATION_MODES = ("prefill", "decode")  # serving-style: the prompt pass, then token by token
 DEVICE_KINDS = ("cpu", "cuda", "tpu")
 
 Batch = dict[str, torch.Tensor]
@@ -26,6 +27,24 @@ class Shape:
 
     batch_size: int
     seq_len: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How a workload generates text greedily with a static cache (prefill and decode modes).
+
+    ``allocate_cache(config, batch, length, device, dtype)`` makes the cache;
+    ``prefill(model, batch, cache)`` returns the first token; ``decode(model, token,
+    position, cache)`` returns the next one and advances ``position`` (a device tensor) in
+    place. ``decode_flops(config, batch, cache_len)`` and ``decode_bytes(config, batch,
+    cache_len, dtype)`` give one decode step's FLOPs and the bytes it must read.
+    """
+
+    allocate_cache: Callable[[Any, int, int, torch.device, torch.dtype], Any]
+    prefill: Callable[[nn.Module, Batch, Any], torch.Tensor]
+    decode: Callable[[nn.Module, torch.Tensor, torch.Tensor, Any], torch.Tensor]
+    decode_flops: Callable[[Any, int, int], float]
+    decode_bytes: Callable[[Any, int, int, torch.dtype], float]
 
 
 @dataclass(frozen=True)
@@ -53,6 +72,7 @@ class Workload:
     estimate_memory_bytes: Callable[[Any, int, int, str, torch.dtype], int]
     modes: tuple[str, ...] = MODES
     max_seq_len: Callable[[Any], int] = field(default=lambda config: 2**31)
+    generation: Generation | None = None
 
     def config(self, size: str) -> Any:
         if size not in self.sizes:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import Batch, Shape, Workload
+from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Shape, Workload
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,27 @@ def decoder_flops(config: DecoderConfig, batch_size: int, seq_len: int, mode: st
     return float(3 * forward if mode == "train" else forward)
 
 
+def decode_flops(config: DecoderConfig, batch_size: int, cache_len: int) -> float:
+    """One decode step: every projection for one token per sequence, attention over the cache."""
+    projections = (
+        2 * batch_size * (config.n_layer * config.matmul_params_per_layer() + config.d_model * config.vocab_size)
+    )
+    return float(projections + config.n_layer * 4 * batch_size * cache_len * config.d_model)
+
+
+def kv_cache_bytes(config: DecoderConfig, batch_size: int, cache_len: int, dtype: torch.dtype) -> int:
+    return (
+        2 * config.n_layer * batch_size * config.kv_heads * cache_len * config.head_dim * torch.finfo(dtype).bits // 8
+    )
+
+
+def decode_bytes(config: DecoderConfig, batch_size: int, cache_len: int, dtype: torch.dtype) -> float:
+    """Bytes a decode step must read: every weight once, and the whole static KV cache."""
+    return float(
+        parameter_count(config) * torch.finfo(dtype).bits // 8 + kv_cache_bytes(config, batch_size, cache_len, dtype)
+    )
+
+
 def parameter_count(config: DecoderConfig) -> int:
     """Weights, ignoring norms, biases and learned positions (< 1% at every published size)."""
     embeddings = config.vocab_size * config.d_model
@@ -96,6 +117,8 @@ def estimate_memory_bytes(config: DecoderConfig, batch_size: int, seq_len: int, 
     logits_bytes = 3 * tokens * config.vocab_size * 4
     if mode == "train":
         return 4 * params * element + config.n_layer * layer_activations + logits_bytes
+    if mode in GENERATION_MODES:  # seq_len is prompt + generated tokens: the cache's length
+        return params * element + layer_activations + logits_bytes + kv_cache_bytes(config, batch_size, seq_len, dtype)
     return params * element + layer_activations + logits_bytes
 
 
@@ -188,4 +211,6 @@ def decoder_workload(
         flops=decoder_flops,
         estimate_memory_bytes=estimate_memory_bytes,
         max_seq_len=lambda config: config.max_seq_len,
+        modes=MODES + GENERATION_MODES,
+        generation=Generation(KVCache.allocate, prefill, decode, decode_flops, decode_bytes),
     )

@@ -1,0 +1,65 @@
+"""Serving metrics on known timings, sweep expansion, and decode runs end to end on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpubench import store
+from tpubench.runner import SuiteRunner, plan
+from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
+from workloads import get_workload
+
+
+def test_vllm_metric_definitions_on_known_timings() -> None:
+    # two generations of 5 tokens each (batch 2, prompt 10)
+    runs = [
+        GenerationTiming(ttft_ms=10.0, itl_ms=[2.0, 2.0, 2.0, 2.0], e2e_ms=18.0),
+        GenerationTiming(ttft_ms=20.0, itl_ms=[3.0, 3.0, 3.0, 7.0], e2e_ms=36.0),
+    ]
+    metrics = serving_metrics(runs, batch_size=2, prompt_len=10, gen_len=5)
+    assert metrics["ttft_p50_ms"] == pytest.approx(15.0)
+    assert metrics["tpot_p50_ms"] == pytest.approx(((18 - 10) / 4 + (36 - 20) / 4) / 2)  # 2 and 4 ms
+    assert metrics["itl_p50_ms"] == pytest.approx(2.5) and metrics["itl_p99_ms"] == pytest.approx(
+        6.72
+    )  # numpy linear interpolation
+    assert metrics["output_tokens_per_s"] == pytest.approx(2 * 5 * 2 / 0.054)
+    assert metrics["total_tokens_per_s"] == pytest.approx(2 * 15 * 2 / 0.054)
+
+
+def test_one_output_token_has_no_tpot() -> None:
+    metrics = serving_metrics([GenerationTiming(ttft_ms=4.0, e2e_ms=4.0)], 1, 8, 1)
+    assert metrics["tpot_p50_ms"] is None and metrics["ttft_p99_ms"] == 4.0
+
+
+def test_bandwidth_utilisation() -> None:
+    assert bandwidth_utilisation(4.8e9, 1.0, 4.8e12) == pytest.approx(1.0)
+    assert bandwidth_utilisation(4.8e9, 1.0, None) is None
+
+
+def test_sweeps_expand_to_one_run_per_combination() -> None:
+    specs = plan(
+        [get_workload("gpt2")], ["tiny"], ["cpu"], ["decode", "prefill"], "float32", [1, 8, 32], [128, 512], [64, 128]
+    )
+    decode = [(s.batch_size, s.seq_len, s.gen_len) for s in specs if s.mode == "decode"]
+    prefill = [(s.batch_size, s.seq_len, s.gen_len) for s in specs if s.mode == "prefill"]
+    assert len(decode) == 3 * 2 * 2 and len(set(decode)) == 12
+    assert sorted(prefill) == sorted((b, p, 0) for b in (1, 8, 32) for p in (128, 512))  # no gen sweep
+
+
+def test_prompt_plus_generation_beyond_the_context_is_refused() -> None:
+    with pytest.raises(ValueError, match="prompt 1000 \\+ generation 100 exceeds gpt2/tiny's context of 1024"):
+        plan([get_workload("gpt2")], None, ["cpu"], ["decode"], "float32", None, [1000], [100])
+
+
+def test_decode_run_stores_serving_metrics(results_dir: Path) -> None:
+    specs = plan([get_workload("llama3")], None, ["cpu"], ["decode"], "float32", [2], [16], [6], warmup=1, steps=3)
+    [row] = SuiteRunner(results_dir).run(specs)
+    assert row["status"] == "ok", row.get("stderr_tail")
+    assert row["gen_len"] == 6 and 0 < row["ttft_p50_ms"] <= row["ttft_p99_ms"]
+    assert 0 < row["tpot_p50_ms"] < row["median_step_ms"]
+    assert row["output_tokens_per_s"] > 0 and row["decode_bytes_per_step"] > 0
+    assert row["bandwidth_util"] is None and "no peak HBM bandwidth" in row["warnings"]  # a CPU has no entry
+    steps = store.load_steps(results_dir, phase="measure")
+    assert len(steps) == 3 and (steps.ttft_ms < steps.step_ms).all() and steps.tpot_ms.notna().all()
