@@ -146,3 +146,32 @@ def test_unwritable_compile_cache_is_a_clear_error(tmp_path: Path) -> None:
     result = tpubench("run", "--backend", "cpu", "--compile-cache", str(blocker / "cache"))
     assert result.returncode == 2
     assert result.stderr.startswith("error: --compile-cache") and "cannot create it" in result.stderr
+
+
+def greedy_tokens(python: str, backend: str) -> dict:
+    result = subprocess.run(
+        [python, str(ROOT / "tests" / "greedy_tokens.py"), backend],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_decode_compiles_nothing_new_after_the_first_decode_step(xla_python: str) -> None:
+    for workload, found in greedy_tokens(xla_python, "xla").items():
+        compiles = found["compiles"]  # after the prefill token, then after each decode step
+        assert compiles[1] > compiles[0], workload  # the decode graph is compiled once...
+        assert len(set(compiles[1:])) == 1, (workload, compiles)  # ...and reused at every position
+
+
+def test_greedy_tokens_are_identical_across_backends_in_float32(xla_python: str) -> None:
+    import sys
+
+    reference = greedy_tokens(sys.executable, "cpu")
+    assert greedy_tokens(sys.executable, "cpu-compile")["gpt2"]["tokens"] == reference["gpt2"]["tokens"]
+    xla = greedy_tokens(xla_python, "xla")
+    for workload in ("gpt2", "llama3"):
+        assert xla[workload]["tokens"] == reference[workload]["tokens"], workload

@@ -65,6 +65,7 @@ class GPT2(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.token_embedding.weight
         self.register_buffer("positions", torch.arange(config.max_seq_len), persistent=False)
+        self.apply(llm.init_weights)
 
     def forward(
         self, input_ids: torch.Tensor, cache: llm.KVCache | None = None, positions: torch.Tensor | None = None

@@ -28,7 +28,7 @@ SIZES = {
         vocab_size=2048,
         max_seq_len=CONTEXT,
         gated_mlp=True,
-        tied_embeddings=True,
+        tied_embeddings=False,  # untied, so a random model does not just echo its last token
     ),
     "1b": DecoderConfig(
         n_layer=16,
@@ -145,6 +145,7 @@ class Llama3(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tied_embeddings:
             self.lm_head.weight = self.token_embedding.weight
+        self.apply(llm.init_weights)
 
     def forward(
         self, input_ids: torch.Tensor, cache: llm.KVCache | None = None, positions: torch.Tensor | None = None

@@ -43,6 +43,19 @@ class DecoderConfig:
         return attention + ffn
 
 
+def init_weights(module: nn.Module) -> None:
+    """GPT-2's initialisation, N(0, 0.02) weights and zero biases, for ``model.apply``.
+
+    PyTorch's defaults give embeddings unit variance, which swamps the residual stream:
+    a random model then just repeats its last input token, and greedy decoding would
+    compare nothing.
+    """
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 def make_tokens(config: DecoderConfig, batch_size: int, seq_len: int, generator: torch.Generator) -> Batch:
     """Uniform random token ids; targets are the inputs shifted by one, as in pre-training."""
     tokens = torch.randint(0, config.vocab_size, (batch_size, seq_len + 1), generator=generator)

@@ -1,0 +1,43 @@
+"""Greedy tokens and per-token compile counts for the tiny llm workloads on one backend.
+
+Run as ``python tests/greedy_tokens.py BACKEND`` by the tests, under whichever interpreter
+the backend needs; prints JSON {workload: {"tokens": [[...]], "compiles": [...]}}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+
+from tpubench.backends import get_backend
+from workloads import llm, load
+
+PROMPT, GENERATED, BATCH = 16, 8, 2
+
+
+def greedy(backend_name: str, workload: str) -> dict:
+    backend = get_backend(backend_name)
+    instance = load(workload, "tiny", device=backend.device(), batch_size=BATCH, seq_len=PROMPT)
+    model = backend.prepare(instance.model.eval())
+    config = instance.workload.config("tiny")
+    cache = llm.KVCache.allocate(config, BATCH, PROMPT + GENERATED, backend.device(), torch.float32)
+    position = torch.full((1,), PROMPT, dtype=torch.long, device=backend.device())
+    tokens, compiles = [], []
+    with torch.no_grad():
+        token = llm.prefill(model, instance.batch, cache)
+        for index in range(GENERATED):
+            if index:
+                token = llm.decode(model, token, position, cache)
+            backend.after_step()
+            compiles.append(backend.compile_count())
+            tokens.append(token.cpu())
+    return {"tokens": torch.cat(tokens, dim=1).tolist(), "compiles": compiles}
+
+
+if __name__ == "__main__":
+    print(json.dumps({name: greedy(sys.argv[1], name) for name in ("gpt2", "llama3")}))
