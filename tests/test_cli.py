@@ -18,7 +18,7 @@ def test_list_json_describes_every_workload() -> None:
     assert result.returncode == 0, result.stderr
     entries = {entry["name"]: entry for entry in json.loads(result.stdout)}
     assert entries["llama3"]["sizes"] == ["tiny", "1b", "3b", "8b"]
-    assert entries["gpt2"]["modes"] == ["train", "infer"]
+    assert entries["gpt2"]["modes"] == ["train", "infer", "prefill", "decode"]
     assert entries["gpt2"]["default_shape"]["cuda"] == {"batch_size": 8, "seq_len": 1024}
 
 
