@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The parent only plans and stores: an installed torch_tpu must not load into it.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
