@@ -22,6 +22,14 @@ def fault_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def fault_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register tests/fault_backends.py (a deliberately wrong backend) here and in every worker."""
+    monkeypatch.setenv("TPUBENCH_BACKEND_MODULES", "fault_backends")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+
+
+@pytest.fixture
 def results_dir(tmp_path: Path) -> Path:
     path = tmp_path / "results"
     path.mkdir()

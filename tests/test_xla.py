@@ -175,3 +175,8 @@ def test_greedy_tokens_are_identical_across_backends_in_float32(xla_python: str)
     xla = greedy_tokens(xla_python, "xla")
     for workload in ("gpt2", "llama3"):
         assert xla[workload]["tokens"] == reference[workload]["tokens"], workload
+
+
+def test_verify_xla_against_the_cpu_reference(results_dir: Path, xla_python: str) -> None:
+    row = run_xla(results_dir, xla_python, mode="train", verify=True)
+    assert row["verified"] == "match" and row["max_rel_err"] <= 1e-3

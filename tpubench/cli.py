@@ -225,6 +225,7 @@ def run(
     profile: Annotated[bool, typer.Option(help="Trace extra steps after the measured ones.")] = False,
     profile_steps: Annotated[int, typer.Option(min=1, help="Steps traced with --profile.")] = 3,
     compile_cache: Annotated[Path | None, typer.Option(help="Persistent compilation cache directory (XLA).")] = None,
+    verify: Annotated[bool, typer.Option(help="Compare outputs with a CPU float32 reference.")] = False,
     tpu_eager_mode: Annotated[
         str | None, typer.Option(help=f"TorchTPU eager mode for tpu backends: {' or '.join(EAGER_MODES)}.")
     ] = None,
@@ -261,6 +262,7 @@ def run(
             profile_steps=profile_steps if profile else 0,
             compile_cache=str(compile_cache) if compile_cache else None,
             tpu_eager_mode=tpu_eager_mode,
+            verify=verify,
         )
     except ValueError as error:
         raise BadInput(str(error)) from error

@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}
+STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}  # others (mismatch, failed...) red
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -52,7 +52,10 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
             row["backend"],
             row["mode"],
             shape,
-            Text(status, style=STATUS_STYLE.get(status, "bold red")),
+            Text(
+                status + (", verified" if row.get("verified") == "match" else ""),
+                style=STATUS_STYLE.get(status, "bold red"),
+            ),
             _number(row.get("median_step_ms")),
             _number(row.get("p90_step_ms")),
             _number(row.get("samples_per_s"), 1),

@@ -9,7 +9,9 @@ next run starts, so Ctrl-C or a crash of the parent keeps them.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -17,7 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from tpubench import store
+import torch
+
+from tpubench import store, verify
 from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import classify, run_worker, worker_env
@@ -210,6 +214,43 @@ class SuiteRunner:
             self.observer.on_finish(spec, row)
         return rows
 
+    def _verify(self, spec: RunSpec) -> dict[str, Any]:
+        """Compare ``spec``'s outputs with the CPU float32 reference, each computed in its own worker."""
+        reference = replace(
+            spec,
+            backend=verify.REFERENCE_BACKEND,
+            dtype=verify.REFERENCE_DTYPE,
+            verify=False,
+            profile_steps=0,
+            compile_cache=None,
+        )
+        found = {}
+        with tempfile.TemporaryDirectory(prefix="tpubench-verify-") as scratch:
+            for role, run in (("reference", reference), ("candidate", spec)):
+                path = os.path.join(scratch, f"{role}.pt")
+                outcome = run_worker(
+                    {"kind": "verify", "spec": run.to_json(), "output": path},
+                    python=self.python_for(run.backend),
+                    env=worker_env(get_backend(run.backend).worker_env),
+                    timeout_s=spec.timeout_s,
+                )
+                result = classify(outcome, spec.timeout_s)
+                if result["status"] != "ok":
+                    return {
+                        "verified": "error",
+                        "warnings": f"--verify: the {role} run {result['status']}: {result.get('error')}",
+                    }
+                found[role] = torch.load(path)
+        columns = verify.compare(found["reference"], found["candidate"], spec.dtype)
+        if columns["verified"] == "mismatch":
+            columns["status"] = "mismatch"
+            columns["error"] = (
+                f"outputs differ from the cpu float32 reference: max relative error "
+                f"{columns['max_rel_err']:.3g} (tolerance {columns['verify_tolerance']:g})"
+                + ("; generated tokens differ" if columns["tokens_match"] is False else "")
+            )
+        return columns
+
     def _run_one(
         self, spec: RunSpec, availability: dict[str, Any], fact: dict[str, Any]
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -227,6 +268,8 @@ class SuiteRunner:
                 on_event=lambda event: self.observer.on_event(spec, event),
             )
             result = classify(outcome, spec.timeout_s)
+            if spec.verify and result["status"] == "ok":
+                result.update(self._verify(spec))
         steps = [
             {"run_id": spec.run_id, "invocation_id": self.invocation_id, **step} for step in result.pop("steps", [])
         ]

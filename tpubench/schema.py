@@ -10,7 +10,7 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 1
 
-STATUSES = ("ok", "failed", "oom", "timeout", "crashed", "unavailable", "skipped")
+STATUSES = ("ok", "mismatch", "failed", "oom", "timeout", "crashed", "unavailable", "skipped")
 
 _string, _int, _float = pa.string(), pa.int64(), pa.float64()
 
@@ -71,6 +71,10 @@ RUNS = pa.schema(
         ("compile_cache_load_failures", _int),
         ("trace_path", _string),
         ("tpu_eager_mode", _string),
+        ("verified", _string),
+        ("max_rel_err", _float),
+        ("verify_tolerance", _float),
+        ("tokens_match", pa.bool_()),
         ("backend_metrics", _string),
         ("worker_wall_s", _float),
         ("host", _string),

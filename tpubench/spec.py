@@ -29,6 +29,7 @@ class RunSpec:
     trace_dir: str | None = None  # where the trace goes: <results>/traces/<run_id>
     compile_cache: str | None = None  # persistent compilation cache directory
     tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)
+    verify: bool = False  # also compare outputs with a CPU float32 reference (tpubench.verify)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

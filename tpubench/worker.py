@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tpubench import TpubenchWarning, peaks
+from tpubench import TpubenchWarning, peaks, verify
 from tpubench.backends import BACKENDS, get_backend
 from tpubench.measure import StepRecord, make_generation_step, make_step, run_protocol
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
@@ -216,6 +216,27 @@ def serving_columns(
     return {**metrics, "decode_bytes_per_step": moved, "bandwidth_util": utilisation}
 
 
+def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
+    """Compute ``spec``'s outputs for --verify and save them to ``path`` (torch.save)."""
+    try:
+        backend = get_backend(spec.backend)
+        backend.setup(spec)
+        workload = get_workload(spec.workload)
+        instance = build(
+            workload,
+            spec.size,
+            device=backend.device(),
+            dtype=getattr(torch, spec.dtype),
+            batch_size=spec.batch_size,
+            seq_len=spec.seq_len,
+        )
+        torch.save(verify.outputs(spec, backend, instance), path)
+    except Exception as error:
+        traceback.print_exc()
+        return {"status": "failed", "error": f"{type(error).__name__}: {error}"}
+    return {"status": "ok"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--channel-fd", type=int, required=True)
@@ -226,6 +247,9 @@ def main() -> None:
         channel.send("result", result=probe(request.get("backends") or list(BACKENDS)))
         return
     spec = RunSpec.from_json(request["spec"])
+    if request["kind"] == "verify":
+        channel.send("result", result=verify_outputs(spec, request["output"]))
+        return
     started = time.perf_counter()
     try:
         result = measure(spec, channel)

@@ -1,0 +1,72 @@
+"""--verify: outputs against a CPU float32 reference, in separate workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tpubench import store, verify
+from tpubench.runner import SuiteRunner, plan
+from workloads import get_workload
+
+
+def test_compare_uses_relative_error_per_dtype_and_exact_tokens() -> None:
+    reference = {"logits": torch.tensor([10.0, -20.0]), "tokens": torch.tensor([[1, 2]])}
+    close = {"logits": torch.tensor([10.01, -20.0]), "tokens": torch.tensor([[1, 2]])}
+    assert verify.compare(reference, close, "float32") == {
+        "verified": "match",
+        "max_rel_err": pytest.approx(0.0005, rel=1e-4),  # float32 rounding of 10.01
+        "verify_tolerance": 1e-3,
+        "tokens_match": True,
+    }
+    forked = {"logits": torch.tensor([10.01, -20.0]), "tokens": torch.tensor([[1, 3]])}
+    assert verify.compare(reference, forked, "float32")["verified"] == "mismatch"
+    assert verify.compare(reference, forked, "bfloat16")["verified"] == "match"  # bf16 tokens may fork
+    assert (
+        verify.compare(reference, {"logits": torch.tensor([12.0, -20.0]), "tokens": reference["tokens"]}, "bfloat16")[
+            "verified"
+        ]
+        == "mismatch"
+    )
+
+
+def run(results_dir: Path, backend: str, mode: str, **settings) -> dict:
+    specs = plan(
+        [get_workload("gpt2")],
+        None,
+        [backend],
+        [mode],
+        "float32",
+        [2],
+        [16],
+        [4],
+        warmup=1,
+        steps=2,
+        verify=True,
+        **settings,
+    )
+    [row] = SuiteRunner(results_dir).run(specs)
+    return row
+
+
+@pytest.mark.parametrize("mode", ["infer", "decode"])
+def test_a_backend_that_computes_something_else_is_a_mismatch(
+    fault_backends: None, results_dir: Path, mode: str
+) -> None:
+    row = run(results_dir, "cpu-wrong", mode)
+    assert row["status"] == "mismatch" and row["verified"] == "mismatch"
+    assert row["max_rel_err"] == pytest.approx(0.01, rel=0.05) and row["verify_tolerance"] == 1e-3
+    assert "differ from the cpu float32 reference" in row["error"]
+    assert row["median_step_ms"] > 0  # the timings are kept, marked
+    assert store.load_runs(results_dir).status.tolist() == ["mismatch"]
+
+
+@pytest.mark.parametrize(("backend", "mode"), [("cpu", "train"), ("cpu-compile", "prefill")])
+def test_correct_backends_match(results_dir: Path, backend: str, mode: str) -> None:
+    row = run(results_dir, backend, mode)
+    assert row["status"] == "ok" and row["verified"] == "match", row.get("error") or row.get("warnings")
+    assert row["max_rel_err"] <= 1e-3
+    if mode == "prefill":
+        assert row["tokens_match"] is True

@@ -1,0 +1,85 @@
+"""Numerics parity: the same seeded inputs through a backend and a CPU float32 eager reference.
+
+A comparison between chips is worthless if they compute different things. ``--verify``
+runs each workload twice more, in separate workers: once on the backend under test and
+once on ``cpu`` in float32, from bit-identical weights and inputs (workloads are built on
+the CPU from a seed, then moved). It compares what the mode produces:
+
+* infer and prefill: the logits; prefill also its first greedy token;
+* train: the loss before and after one AdamW step;
+* decode: the prefill logits and the generated token ids.
+
+Relative error is ``max|candidate - reference| / max|reference|``. Tolerances (below) are
+per dtype; token ids must match exactly in float32 (in bfloat16 greedy paths may fork
+legitimately, so tokens are reported but not judged).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tpubench.backends import Backend
+from tpubench.measure import make_step
+from tpubench.spec import RunSpec
+from workloads import Instance
+
+TOLERANCE = {"float32": 1e-3, "bfloat16": 5e-2}
+REFERENCE_BACKEND, REFERENCE_DTYPE = "cpu", "float32"
+
+
+def outputs(spec: RunSpec, backend: Backend, instance: Instance) -> dict[str, torch.Tensor]:
+    """What ``spec.mode`` computes on ``backend``, as float32 CPU tensors (token ids as int64)."""
+    model = backend.prepare(instance.model)
+    found: dict[str, Any] = {}
+    if spec.mode == "train":
+        step = make_step(instance, model, "train")
+        before = instance.workload.loss(model, instance.batch).detach()
+        step()
+        backend.after_step()
+        after = instance.workload.loss(model, instance.batch).detach()
+        found["loss"] = torch.stack([before, after])
+    else:
+        model.eval()
+        with torch.no_grad():
+            found["logits"] = instance.workload.forward(model, instance.batch)
+        if spec.mode in ("prefill", "decode"):
+            found["tokens"] = greedy_tokens(instance, model, backend, max(spec.gen_len, 1))
+    backend.after_step()
+    return {key: (value.cpu() if key == "tokens" else value.float().cpu()) for key, value in found.items()}
+
+
+def greedy_tokens(instance: Instance, model: torch.nn.Module, backend: Backend, count: int) -> torch.Tensor:
+    """``count`` greedy tokens per sequence (B, count) through the static-cache path."""
+    generation, config = instance.workload.generation, instance.workload.config(instance.size)
+    device = instance.batch["input_ids"].device
+    cache = generation.allocate_cache(
+        config, instance.batch_size, instance.seq_len + count, device, next(instance.model.parameters()).dtype
+    )
+    position = torch.full((1,), instance.seq_len, dtype=torch.long, device=device)
+    with torch.no_grad():
+        tokens = [generation.prefill(model, instance.batch, cache)]
+        for _ in range(count - 1):
+            tokens.append(generation.decode(model, tokens[-1], position, cache))
+            backend.after_step()
+    return torch.cat(tokens, dim=1)
+
+
+def compare(reference: dict[str, torch.Tensor], candidate: dict[str, torch.Tensor], dtype: str) -> dict[str, Any]:
+    """The verify columns: ``verified`` (match/mismatch), ``max_rel_err``, ``verify_tolerance``."""
+    tolerance = TOLERANCE[dtype]
+    errors = [
+        float((candidate[key] - reference[key]).abs().max() / reference[key].abs().max().clamp_min(1e-30))
+        for key in reference
+        if key != "tokens"
+    ]
+    max_rel_err = max(errors)
+    tokens_match = bool(torch.equal(reference["tokens"], candidate["tokens"])) if "tokens" in reference else None
+    ok = max_rel_err <= tolerance and (tokens_match is not False or dtype != "float32")
+    return {
+        "verified": "match" if ok else "mismatch",
+        "max_rel_err": max_rel_err,
+        "verify_tolerance": tolerance,
+        "tokens_match": tokens_match,
+    }
