@@ -63,3 +63,11 @@ def test_decode_run_stores_serving_metrics(results_dir: Path) -> None:
     assert row["bandwidth_util"] is None and "no peak HBM bandwidth" in row["warnings"]  # a CPU has no entry
     steps = store.load_steps(results_dir, phase="measure")
     assert len(steps) == 3 and (steps.ttft_ms < steps.step_ms).all() and steps.tpot_ms.notna().all()
+
+
+def test_a_decode_batch_that_cannot_fit_is_refused_before_the_model_is_built(results_dir: Path) -> None:
+    specs = plan([get_workload("llama3")], ["8b"], ["cpu"], ["decode"], "bfloat16", [512], [4096], [128])
+    [row] = SuiteRunner(results_dir).run(specs)
+    assert row["status"] == "skipped" and "GiB exceeds the" in row["error"]
+    assert row["estimated_mem_bytes"] > 8e9 * 2  # more than the bf16 weights alone: the KV cache counts
+    assert "peak_mem_bytes" not in row and "median_step_ms" not in row  # nothing was built or run
