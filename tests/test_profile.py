@@ -21,3 +21,14 @@ def test_profile_writes_a_chrome_trace_apart_from_the_measured_steps(results_dir
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(event.get("name") == "aten::mm" for event in events)
     assert len(store.load_steps(results_dir, phase="measure")) == 2
+
+
+def test_profiling_a_decode_run_keeps_its_steps_table_to_the_timed_generations(results_dir: Path) -> None:
+    specs = plan(
+        [get_workload("gpt2")], None, ["cpu"], ["decode"], "float32", [1], [16], [4], warmup=1, steps=2, profile_steps=2
+    )
+    [row] = SuiteRunner(results_dir).run(specs)
+    assert row["status"] == "ok", row.get("error")
+    assert Path(row["trace_path"]).is_file()
+    steps = store.load_steps(results_dir)
+    assert len(steps) == row["warmup_steps"] + 3 and steps.ttft_ms.notna().all()

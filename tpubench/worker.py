@@ -164,7 +164,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "param_count": sum(p.numel() for p in instance.model.parameters()),
         "backend_metrics": json.dumps(extra, sort_keys=True),
         "warnings": "\n".join(notes) or None,
-        "steps": step_rows(measured.records, timings, spec.gen_len),
+        "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
 
 
