@@ -34,7 +34,7 @@ app = typer.Typer(
     help="Benchmark the same PyTorch models on CPU, GPU and TPU backends.",
 )
 # Piped output (CI logs, README examples) is not squeezed into 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 class BadInput(TyperException):
