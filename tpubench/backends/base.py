@@ -101,15 +101,19 @@ class Backend(ABC):
         Returns the path of a Chrome-format trace that Perfetto and chrome://tracing open.
         """
         with profile(activities=self.profiler_activities(), record_shapes=True) as profiler:
-            for _ in range(steps):
-                output = step()
-                self.after_step()
-                del output
-            self.synchronize()
+            self.run_traced_steps(step, steps)
         os.makedirs(logdir, exist_ok=True)
         path = os.path.join(logdir, "trace.json")
         profiler.export_chrome_trace(path)
         return path
+
+    def run_traced_steps(self, step: Callable[[], Any], steps: int) -> None:
+        """The steps a profiler records: each with its ``after_step``, then a drain of the device."""
+        for _ in range(steps):
+            output = step()
+            self.after_step()
+            del output
+        self.synchronize()
 
     def compile_count(self) -> int | None:
         """Graphs compiled so far in this process; None where the notion does not apply."""

@@ -160,11 +160,7 @@ class TpuBackend(Backend):
         from torch_tpu._internal.profiler import profile, xprof_trace_handler
 
         with profile(on_trace_ready=xprof_trace_handler(logdir)):
-            for _ in range(steps):
-                output = step()
-                self.after_step()
-                del output
-            self.synchronize()
+            self.run_traced_steps(step, steps)
         return logdir
 
 
