@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from tpubench.backends import get_backend
-from workloads import llm, load
+from workloads import load
 
 PROMPT, GENERATED, BATCH = 16, 8, 2
 
@@ -24,15 +24,9 @@ def greedy(backend_name: str, workload: str) -> dict:
     backend = get_backend(backend_name)
     instance = load(workload, "tiny", device=backend.device(), batch_size=BATCH, seq_len=PROMPT)
     model = backend.prepare(instance.model.eval())
-    config = instance.workload.config("tiny")
-    cache = llm.KVCache.allocate(config, BATCH, PROMPT + GENERATED, backend.device(), torch.float32)
-    position = torch.full((1,), PROMPT, dtype=torch.long, device=backend.device())
     tokens, compiles = [], []
     with torch.no_grad():
-        token = llm.prefill(model, instance.batch, cache)
-        for index in range(GENERATED):
-            if index:
-                token = llm.decode(model, token, position, cache)
+        for token in instance.greedy(model, PROMPT + GENERATED).tokens(GENERATED):
             backend.after_step()
             compiles.append(backend.compile_count())
             tokens.append(token.cpu())

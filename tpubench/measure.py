@@ -94,21 +94,14 @@ def make_generation_step(
     on its own with the backend's timer (prefill = TTFT, each decode step = one ITL) and
     appended to ``timings``; the protocol's own timer around the call gives end to end.
     """
-    generation = instance.workload.generation
-    if generation is None:
+    if mode not in instance.workload.modes:
         raise ValueError(f"workload {instance.workload.name!r} has no {mode} mode")
     model.eval()
-    prompt_len = instance.seq_len
-    config = instance.workload.config(instance.size)
-    device = instance.batch["input_ids"].device
-    dtype = next(instance.model.parameters()).dtype
-    length = prompt_len + (gen_len if mode == "decode" else 0)
-    cache = generation.allocate_cache(config, instance.batch_size, length, device, dtype)
-    position = torch.full((1,), prompt_len, dtype=torch.long, device=device)
+    greedy = instance.greedy(model, instance.seq_len + (gen_len if mode == "decode" else 0))
 
     def prefill_step() -> torch.Tensor:
         with torch.no_grad():
-            return generation.prefill(model, instance.batch, cache)
+            return greedy.prefill()
 
     if mode == "prefill":
         return prefill_step
@@ -116,14 +109,14 @@ def make_generation_step(
     def generate() -> torch.Tensor:
         timer = backend.timer()
         with torch.no_grad():
-            position.fill_(prompt_len)
+            greedy.reset()
             timer.start()
-            token = generation.prefill(model, instance.batch, cache)
+            token = greedy.prefill()
             backend.after_step()
             timing = GenerationTiming(ttft_ms=timer.stop())
             for _ in range(gen_len - 1):
                 timer.start()
-                token = generation.decode(model, token, position, cache)
+                token = greedy.decode(token)
                 backend.after_step()
                 timing.itl_ms.append(timer.stop())
         timing.e2e_ms = timing.ttft_ms + sum(timing.itl_ms)

@@ -52,17 +52,11 @@ def outputs(spec: RunSpec, backend: Backend, instance: Instance) -> dict[str, to
 
 def greedy_tokens(instance: Instance, model: torch.nn.Module, backend: Backend, count: int) -> torch.Tensor:
     """``count`` greedy tokens per sequence (B, count) through the static-cache path."""
-    generation, config = instance.workload.generation, instance.workload.config(instance.size)
-    device = instance.batch["input_ids"].device
-    cache = generation.allocate_cache(
-        config, instance.batch_size, instance.seq_len + count, device, next(instance.model.parameters()).dtype
-    )
-    position = torch.full((1,), instance.seq_len, dtype=torch.long, device=device)
+    tokens = []
     with torch.no_grad():
-        tokens = [generation.prefill(model, instance.batch, cache)]
-        for _ in range(count - 1):
-            tokens.append(generation.decode(model, tokens[-1], position, cache))
+        for token in instance.greedy(model, instance.seq_len + count).tokens(count):
             backend.after_step()
+            tokens.append(token)
     return torch.cat(tokens, dim=1)
 
 

@@ -7,7 +7,7 @@ backends (``tpubench.backends``) decide everything device-specific.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,57 @@ class Instance:
 
     def forward(self) -> Any:
         return self.workload.forward(self.model, self.batch)
+
+    def greedy(self, model: nn.Module, length: int) -> Greedy:
+        """A greedy generator for this instance's prompt through ``model`` (the instance's own
+        model or a backend's wrapper of it), with a cache of ``length`` positions."""
+        generation = self.workload.generation
+        if generation is None:
+            raise ValueError(f"workload {self.workload.name!r} cannot generate (no prefill/decode modes)")
+        device = self.batch["input_ids"].device
+        dtype = next(self.model.parameters()).dtype
+        cache = generation.allocate_cache(self.workload.config(self.size), self.batch_size, length, device, dtype)
+        position = torch.full((1,), self.seq_len, dtype=torch.long, device=device)
+        return Greedy(generation, model, self.batch, cache, position)
+
+
+@dataclass
+class Greedy:
+    """Static-cache greedy generation from one prompt, the one loop every caller shares.
+
+    The cache and the position tensor are allocated once and reused: each generation
+    overwrites the positions it reads, so repeated generations have the same shapes and
+    a compiled backend never sees a new graph. The steps are separate methods because
+    the timed loop (``tpubench.measure``) brackets each one with the backend's timer;
+    :meth:`tokens` is for untimed callers. Call under ``torch.no_grad()``.
+    """
+
+    generation: Generation
+    model: nn.Module
+    prompt: Batch
+    cache: Any
+    position: torch.Tensor  # the next decode position, on the device, advanced in place
+
+    def reset(self) -> None:
+        """Rewind to just after the prompt, for the next generation."""
+        self.position.fill_(self.prompt["input_ids"].shape[1])
+
+    def prefill(self) -> torch.Tensor:
+        """The prompt pass: fills the cache and returns the first token (B, 1)."""
+        return self.generation.prefill(self.model, self.prompt, self.cache)
+
+    def decode(self, token: torch.Tensor) -> torch.Tensor:
+        """One decode step from ``token``: returns the next token (B, 1)."""
+        return self.generation.decode(self.model, token, self.position, self.cache)
+
+    def tokens(self, count: int) -> Iterator[torch.Tensor]:
+        """Yield ``count`` tokens of a fresh generation, the prefill's first token included."""
+        self.reset()
+        token = self.prefill()
+        yield token
+        for _ in range(count - 1):
+            token = self.decode(token)
+            yield token
 
 
 def build(
