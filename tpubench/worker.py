@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from tpubench import TpubenchWarning, peaks, verify
-from tpubench.backends import BACKENDS, get_backend
-from tpubench.measure import StepRecord, make_generation_step, make_step, run_protocol
+from tpubench.backends import BACKENDS, Backend, get_backend
+from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
@@ -80,28 +80,20 @@ def _is_oom(error: BaseException) -> bool:
 
 
 def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
-    """Build, check the memory estimate, time, and summarise one run into a result row."""
+    """One run, in phases: admit, build, time, summarise, then (optionally) trace."""
     backend = get_backend(spec.backend)
     backend.setup(spec)
     availability = backend.availability()
     if not availability.available:
         return {"status": "unavailable", "error": availability.reason}
-
     workload = get_workload(spec.workload)
     config = workload.config(spec.size)
-    dtype = getattr(torch, spec.dtype)
-    estimate = workload.estimate_memory_bytes(config, spec.batch_size, spec.seq_len + spec.gen_len, spec.mode, dtype)
-    capacity = backend.memory_capacity_bytes()
-    row: dict[str, Any] = {"device": availability.device_name, "estimated_mem_bytes": estimate}
-    if capacity is not None and estimate > capacity:
-        return {
-            **row,
-            "status": "skipped",
-            "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
-            f"available on {availability.device_name or spec.backend}",
-        }
+    row = {"device": availability.device_name, **admit(spec, backend, availability.device_name, workload, config)}
+    if row.get("status") == "skipped":
+        return row
 
     channel.send("phase", phase="build", step=0, of=1)
+    dtype = getattr(torch, spec.dtype)
     instance = build(
         workload, spec.size, device=backend.device(), dtype=dtype, batch_size=spec.batch_size, seq_len=spec.seq_len
     )
@@ -117,55 +109,94 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         measured = run_protocol(
             spec, backend, step, lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n)
         )
-        summary = summarize(measured.measured_ms)
-        step_s = summary.median / 1e3
-        flops = step_flops(workload, config, spec)
-        extra = backend.extra_metrics()  # before profiling, so traced steps count in no figure
-        peak_mem = backend.peak_memory_bytes()
-        mfu = peaks.mfu(
-            flops, step_s, availability.device_name, spec.dtype, extra.get("float32_matmul_precision", "highest")
-        )
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
-        serving = serving_columns(workload, config, spec, availability.device_name, timings[-spec.steps :])
-    columns = {key: extra.pop(key) for key in BACKEND_COLUMNS if key in extra}
-    if "fallback_ops" in columns:
-        columns["fallback_op_count"] = sum(columns["fallback_ops"].values())
-        columns["fallback_ops"] = json.dumps(columns["fallback_ops"], sort_keys=True)
+        extra = backend.extra_metrics()  # read before profiling, so that traced steps count in no figure
+        row |= timing_columns(measured)
+        row |= backend_columns(extra, backend.peak_memory_bytes())
+        precision = extra.get("float32_matmul_precision", "highest")
+        row |= throughput_columns(spec, workload, config, availability.device_name, row["median_step_ms"], precision)
+        row |= serving_columns(workload, config, spec, availability.device_name, timings[-spec.steps :])
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
         trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
-    # tpubench's own warnings (no peak for this device, a missing private API) go in the row
-    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, TpubenchWarning)))
-    if not measured.warmup_settled:
-        notes.append(f"compile count still changing after {measured.warmup_steps} warm-up steps")
     return {
         **row,
         "status": "ok",
+        "compile_cache": spec.compile_cache,
+        "trace_path": trace_path,
+        "param_count": sum(p.numel() for p in instance.model.parameters()),
+        "warnings": run_notes(caught, measured),
+        "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
+    }
+
+
+def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload, config: Any) -> dict[str, Any]:
+    """The memory estimate, and a ``skipped`` status when the run cannot fit on the device."""
+    estimate = workload.estimate_memory_bytes(
+        config, spec.batch_size, spec.seq_len + spec.gen_len, spec.mode, getattr(torch, spec.dtype)
+    )
+    capacity = backend.memory_capacity_bytes()
+    if capacity is None or estimate <= capacity:
+        return {"estimated_mem_bytes": estimate}
+    return {
+        "estimated_mem_bytes": estimate,
+        "status": "skipped",
+        "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
+        f"available on {device_name or spec.backend}",
+    }
+
+
+def timing_columns(measured: Measurement) -> dict[str, Any]:
+    """Step-time statistics of the measured steps, and how compilation and warm-up went."""
+    return {
         "first_step_s": measured.first_step_s,
         "warmup_steps": measured.warmup_steps,
-        "measured_steps": summary.n,
+        "measured_steps": len(measured.measured_ms),
         "compile_count": measured.compile_count,
         "compile_s": measured.compile_s,
         "recompiles_after_warmup": measured.recompiles_after_warmup,
-        **summary.as_columns("step", "ms"),
+        **summarize(measured.measured_ms).as_columns("step", "ms"),
         "median_host_ms": float(np.median(measured.measured_host_ms)),
-        **columns,
-        "compile_cache": spec.compile_cache,
-        "trace_path": trace_path,
+    }
+
+
+def backend_columns(extra: dict[str, Any], peak_mem_bytes: int | None) -> dict[str, Any]:
+    """Peak memory and the backend's own figures: those with columns, the rest as JSON."""
+    columns = {key: extra[key] for key in BACKEND_COLUMNS if key in extra}
+    if "fallback_ops" in columns:
+        columns["fallback_op_count"] = sum(columns["fallback_ops"].values())
+        columns["fallback_ops"] = json.dumps(columns["fallback_ops"], sort_keys=True)
+    rest = {key: value for key, value in extra.items() if key not in BACKEND_COLUMNS}
+    return {**columns, "peak_mem_bytes": peak_mem_bytes, "backend_metrics": json.dumps(rest, sort_keys=True)}
+
+
+def throughput_columns(
+    spec: RunSpec, workload: Workload, config: Any, device_name: str, median_step_ms: float, precision: str
+) -> dict[str, Any]:
+    """Samples and tokens per second at the median step time, the step's FLOPs, and MFU.
+
+    ``precision`` is torch's float32 matmul precision: anything but "highest" lets float32
+    matmuls use TF32, so MFU is taken against the TF32 peak.
+    """
+    step_s = median_step_ms / 1e3
+    flops = step_flops(workload, config, spec)
+    return {
         "samples_per_s": spec.batch_size / step_s,
         # decode: prompt and generated tokens per generation, like total_tokens_per_s
         "tokens_per_s": spec.batch_size * (spec.seq_len + spec.gen_len) / step_s,
-        **serving,
         "flops_per_step": flops,
-        "mfu": mfu,
-        "peak_mem_bytes": peak_mem,
-        "param_count": sum(p.numel() for p in instance.model.parameters()),
-        "backend_metrics": json.dumps(extra, sort_keys=True),
-        "warnings": "\n".join(notes) or None,
-        "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
+        "mfu": peaks.mfu(flops, step_s, device_name, spec.dtype, precision),
     }
+
+
+def run_notes(caught: list[warnings.WarningMessage], measured: Measurement) -> str | None:
+    """tpubench's own warnings (no peak for this device, a missing private API) for the row."""
+    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, TpubenchWarning)))
+    if not measured.warmup_settled:
+        notes.append(f"compile count still changing after {measured.warmup_steps} warm-up steps")
+    return "\n".join(notes) or None
 
 
 def step_rows(records: list[StepRecord], timings: list[GenerationTiming], gen_len: int) -> list[dict[str, Any]]:
