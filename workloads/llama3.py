@@ -7,6 +7,8 @@ Llama 3.1's long-context frequency rescaling changes no shape or FLOP and is lef
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -18,50 +20,15 @@ ROPE_THETA = 500_000.0
 VOCAB = 128_256
 CONTEXT = 131_072
 
+# What every Llama 3 size shares; the sizes below differ only in depth and width.
+llama3_config = partial(DecoderConfig, vocab_size=VOCAB, max_seq_len=CONTEXT, n_kv_head=8, gated_mlp=True)
+
 SIZES = {
-    "tiny": DecoderConfig(
-        n_layer=2,
-        n_head=4,
-        n_kv_head=2,
-        d_model=128,
-        d_ff=384,
-        vocab_size=2048,
-        max_seq_len=CONTEXT,
-        gated_mlp=True,
-        tied_embeddings=False,  # untied, so a random model does not just echo its last token
-    ),
-    "1b": DecoderConfig(
-        n_layer=16,
-        n_head=32,
-        n_kv_head=8,
-        d_model=2048,
-        d_ff=8192,
-        vocab_size=VOCAB,
-        max_seq_len=CONTEXT,
-        gated_mlp=True,
-        tied_embeddings=True,
-    ),
-    "3b": DecoderConfig(
-        n_layer=28,
-        n_head=24,
-        n_kv_head=8,
-        d_model=3072,
-        d_ff=8192,
-        vocab_size=VOCAB,
-        max_seq_len=CONTEXT,
-        gated_mlp=True,
-        tied_embeddings=True,
-    ),
-    "8b": DecoderConfig(
-        n_layer=32,
-        n_head=32,
-        n_kv_head=8,
-        d_model=4096,
-        d_ff=14336,
-        vocab_size=VOCAB,
-        max_seq_len=CONTEXT,
-        gated_mlp=True,
-    ),
+    # tiny is untied (the default), so that a random model does not just echo its last token
+    "tiny": llama3_config(n_layer=2, n_head=4, n_kv_head=2, d_model=128, d_ff=384, vocab_size=2048),
+    "1b": llama3_config(n_layer=16, n_head=32, d_model=2048, d_ff=8192, tied_embeddings=True),
+    "3b": llama3_config(n_layer=28, n_head=24, d_model=3072, d_ff=8192, tied_embeddings=True),
+    "8b": llama3_config(n_layer=32, n_head=32, d_model=4096, d_ff=14336),
 }
 
 
