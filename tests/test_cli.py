@@ -104,6 +104,9 @@ def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
     compiled = runs[runs.backend == "cpu-compile"]
     assert (compiled.compile_count >= 1).all() and (compiled.recompiles_after_warmup == 0).all()
     assert (compiled.compile_s > 0).all()
+    # each compiled run had a private, empty Inductor cache: nothing came from disk
+    assert compiled.compile_cache.isna().all() and (compiled.compile_cache_hits == 0).all()
+    assert (compiled.compile_cache_misses >= 1).all()
     assert (compiled.first_step_s * 1e3 > compiled.median_step_ms).all()
     steps = store.load_steps(results_dir)
     measured = steps[steps.phase == "measure"].groupby("run_id").size()

@@ -224,7 +224,10 @@ def run(
     resume: Annotated[bool, typer.Option(help="Skip runs with an ok row and the same fingerprint.")] = False,
     profile: Annotated[bool, typer.Option(help="Trace extra steps after the measured ones.")] = False,
     profile_steps: Annotated[int, typer.Option(min=1, help="Steps traced with --profile.")] = 3,
-    compile_cache: Annotated[Path | None, typer.Option(help="Persistent compilation cache directory (XLA).")] = None,
+    compile_cache: Annotated[
+        Path | None,
+        typer.Option(help="Shared compilation cache (DIR/xla, DIR/inductor); default: a fresh, cold one per run."),
+    ] = None,
     verify: Annotated[bool, typer.Option(help="Compare outputs with a CPU float32 reference.")] = False,
     tpu_eager_mode: Annotated[
         str | None, typer.Option(help=f"TorchTPU eager mode for tpu backends: {' or '.join(EAGER_MODES)}.")

@@ -1,0 +1,36 @@
+"""Inductor's on-disk cache: private and cold by default, shared with --compile-cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import tpubench
+
+from tpubench import store
+
+
+@pytest.mark.slow
+def test_compiled_runs_ignore_a_warm_user_cache_unless_asked_to_share_one(results_dir: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "cache"
+    args = ("run", "--workload", "gpt2", "--backend", "cpu-compile", "--mode", "infer", "--warmup", "1", "--steps", "2")
+
+    def run(tag: str, *extra: str, env: dict[str, str] | None = None) -> None:
+        result = tpubench(*args, "--results", str(results_dir), "--tag", f"run={tag}", *extra, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    run("cold", "--compile-cache", str(shared))
+    run("warm", "--compile-cache", str(shared))
+    # the user's own Inductor cache is now warm for this graph, and must not be used
+    run("default", env={"TORCHINDUCTOR_CACHE_DIR": str(shared / "inductor")})
+
+    runs = store.load_runs(results_dir)
+    runs.index = [json.loads(tags)["run"] for tags in runs.tags]
+    assert set(runs.status) == {"ok"}, runs.error
+    assert runs.loc["cold", "compile_cache_misses"] >= 1 and runs.loc["cold", "compile_cache_hits"] == 0
+    assert runs.loc["warm", "compile_cache_hits"] >= 1 and runs.loc["warm", "compile_cache_misses"] == 0
+    assert runs.loc["default", "compile_cache_misses"] >= 1 and runs.loc["default", "compile_cache_hits"] == 0
+    assert runs.loc["warm", "compile_cache"] == str(shared) and pd.isna(runs.loc["default", "compile_cache"])
+    assert (shared / "inductor" / "fxgraph").is_dir()
