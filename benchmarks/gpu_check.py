@@ -86,7 +86,6 @@ def main() -> None:
         return
 
     from tpubench.runner import SuiteRunner, plan
-    from workloads import get_workload
 
     started = time.monotonic()
     runner = SuiteRunner(args.results, tags={"check": "gpu"})
@@ -95,13 +94,11 @@ def main() -> None:
             print(f"budget spent; not starting {workload}/{size} on {backend}", flush=True)
             continue
         specs = plan(
-            [get_workload(workload)],
-            [size],
-            [backend],
-            list(modes),
-            "bfloat16",
-            None,
-            None,
+            [workload],
+            sizes=[size],
+            backends=[backend],
+            modes=list(modes),
+            dtype="bfloat16",
             warmup=3,
             steps=args.steps,
             timeout_s=240,

@@ -152,9 +152,7 @@ def end_to_end(backend: str, workload: str, mode: str, rounds: int, steps: int) 
     with tempfile.TemporaryDirectory() as results:
         runner = SuiteRunner(Path(results))
         for _ in range(rounds):
-            specs = plan(
-                [get_workload(workload)], ["tiny"], [backend], [mode], "float32", None, None, warmup=3, steps=steps
-            )
+            specs = plan([workload], sizes=["tiny"], backends=[backend], modes=[mode], warmup=3, steps=steps)
             [row] = runner.run(specs)
             if row["status"] != "ok":
                 raise RuntimeError(f"tpubench run failed: {row['error']}")

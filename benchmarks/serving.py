@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tpubench.runner import SuiteRunner, plan  # noqa: E402
-from workloads import get_workload  # noqa: E402
 
 CASES = [("gpt2", "tiny"), ("llama3", "tiny"), ("gpt2", "124m")]
 
@@ -49,14 +48,13 @@ def main() -> None:
         runner = SuiteRunner(Path(results), pythons=pythons)
         for workload, size in CASES:
             specs = plan(
-                [get_workload(workload)],
-                [size],
-                backends,
-                ["decode"],
-                "float32",
-                [args.batch_size],
-                [args.prompt_len],
-                [args.gen_len],
+                [workload],
+                sizes=[size],
+                backends=backends,
+                modes=["decode"],
+                batch_size=args.batch_size,
+                seq_len=args.prompt_len,
+                gen_len=args.gen_len,
                 warmup=2,
                 steps=args.generations,
                 timeout_s=900,

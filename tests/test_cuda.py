@@ -12,7 +12,6 @@ import torch
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
-from workloads import get_workload
 
 pytestmark = [
     pytest.mark.cuda,
@@ -22,7 +21,7 @@ pytestmark = [
 
 @pytest.mark.parametrize("backend", ["cuda", "cuda-compile"])
 def test_tiny_llm_runs_on_cuda(backend: str, results_dir: Path) -> None:
-    specs = plan([get_workload("gpt2")], ["tiny"], [backend], None, "bfloat16", None, None, warmup=2, steps=5)
+    specs = plan(["gpt2"], sizes=["tiny"], backends=[backend], dtype="bfloat16", warmup=2, steps=5)
     rows = SuiteRunner(results_dir).run(specs)
     assert [row["status"] for row in rows] == ["ok", "ok"], [row.get("error") for row in rows]
     for row in rows:

@@ -7,13 +7,10 @@ from pathlib import Path
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
-from workloads import get_workload
 
 
 def test_profile_writes_a_chrome_trace_apart_from_the_measured_steps(results_dir: Path) -> None:
-    specs = plan(
-        [get_workload("gpt2")], None, ["cpu"], ["train"], "float32", None, None, warmup=1, steps=2, profile_steps=2
-    )
+    specs = plan(["gpt2"], modes=["train"], warmup=1, steps=2, profile_steps=2)
     [row] = SuiteRunner(results_dir).run(specs)
     assert row["status"] == "ok", row.get("error")
     trace = Path(row["trace_path"])
@@ -24,9 +21,7 @@ def test_profile_writes_a_chrome_trace_apart_from_the_measured_steps(results_dir
 
 
 def test_profiling_a_decode_run_keeps_its_steps_table_to_the_timed_generations(results_dir: Path) -> None:
-    specs = plan(
-        [get_workload("gpt2")], None, ["cpu"], ["decode"], "float32", [1], [16], [4], warmup=1, steps=2, profile_steps=2
-    )
+    specs = plan(["gpt2"], modes=["decode"], batch_size=1, seq_len=16, gen_len=4, warmup=1, steps=2, profile_steps=2)
     [row] = SuiteRunner(results_dir).run(specs)
     assert row["status"] == "ok", row.get("error")
     assert Path(row["trace_path"]).is_file()

@@ -9,7 +9,6 @@ import pytest
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
-from workloads import get_workload
 
 
 def test_vllm_metric_definitions_on_known_timings() -> None:
@@ -39,9 +38,7 @@ def test_bandwidth_utilisation() -> None:
 
 
 def test_sweeps_expand_to_one_run_per_combination() -> None:
-    specs = plan(
-        [get_workload("gpt2")], ["tiny"], ["cpu"], ["decode", "prefill"], "float32", [1, 8, 32], [128, 512], [64, 128]
-    )
+    specs = plan(["gpt2"], modes=["decode", "prefill"], batch_size=[1, 8, 32], seq_len=[128, 512], gen_len=[64, 128])
     decode = [(s.batch_size, s.seq_len, s.gen_len) for s in specs if s.mode == "decode"]
     prefill = [(s.batch_size, s.seq_len, s.gen_len) for s in specs if s.mode == "prefill"]
     assert len(decode) == 3 * 2 * 2 and len(set(decode)) == 12
@@ -50,11 +47,11 @@ def test_sweeps_expand_to_one_run_per_combination() -> None:
 
 def test_prompt_plus_generation_beyond_the_context_is_refused() -> None:
     with pytest.raises(ValueError, match="prompt 1000 \\+ generation 100 exceeds gpt2/tiny's context of 1024"):
-        plan([get_workload("gpt2")], None, ["cpu"], ["decode"], "float32", None, [1000], [100])
+        plan(["gpt2"], modes=["decode"], seq_len=1000, gen_len=100)
 
 
 def test_decode_run_stores_serving_metrics(results_dir: Path) -> None:
-    specs = plan([get_workload("llama3")], None, ["cpu"], ["decode"], "float32", [2], [16], [6], warmup=1, steps=3)
+    specs = plan(["llama3"], modes=["decode"], batch_size=2, seq_len=16, gen_len=6, warmup=1, steps=3)
     [row] = SuiteRunner(results_dir).run(specs)
     assert row["status"] == "ok", row.get("stderr_tail")
     assert row["gen_len"] == 6 and 0 < row["ttft_p50_ms"] <= row["ttft_p99_ms"]
@@ -66,7 +63,9 @@ def test_decode_run_stores_serving_metrics(results_dir: Path) -> None:
 
 
 def test_a_decode_batch_that_cannot_fit_is_refused_before_the_model_is_built(results_dir: Path) -> None:
-    specs = plan([get_workload("llama3")], ["8b"], ["cpu"], ["decode"], "bfloat16", [512], [4096], [128])
+    specs = plan(
+        ["llama3"], sizes=["8b"], modes=["decode"], dtype="bfloat16", batch_size=512, seq_len=4096, gen_len=128
+    )
     [row] = SuiteRunner(results_dir).run(specs)
     assert row["status"] == "skipped" and "GiB exceeds the" in row["error"]
     assert row["estimated_mem_bytes"] > 8e9 * 2  # more than the bf16 weights alone: the KV cache counts

@@ -9,7 +9,6 @@ import torch
 
 from tpubench import store, verify
 from tpubench.runner import SuiteRunner, plan
-from workloads import get_workload
 
 
 def test_compare_uses_relative_error_per_dtype_and_exact_tokens() -> None:
@@ -34,14 +33,12 @@ def test_compare_uses_relative_error_per_dtype_and_exact_tokens() -> None:
 
 def run(results_dir: Path, backend: str, mode: str, **settings) -> dict:
     specs = plan(
-        [get_workload("gpt2")],
-        None,
-        [backend],
-        [mode],
-        "float32",
-        [2],
-        [16],
-        [4],
+        ["gpt2"],
+        backends=[backend],
+        modes=[mode],
+        batch_size=2,
+        seq_len=16,
+        gen_len=4,
         warmup=1,
         steps=2,
         verify=True,

@@ -16,21 +16,13 @@ from helpers import ROOT, tpubench
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
-from workloads import get_workload
 
 
 def run_xla(
     results_dir: Path, python: str, workload: str = "gpt2", backend: str = "xla", mode: str = "train", **settings
 ) -> dict:
     specs = plan(
-        [get_workload(workload)],
-        None,
-        [backend],
-        [mode],
-        "float32",
-        None,
-        None,
-        **{"warmup": 1, "steps": 3, "timeout_s": 300, **settings},
+        [workload], backends=[backend], modes=[mode], **{"warmup": 1, "steps": 3, "timeout_s": 300, **settings}
     )
     [row] = SuiteRunner(results_dir, pythons={"xla": python}).run(specs)
     assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
@@ -132,7 +124,7 @@ def test_compile_cache_is_used_on_the_second_cold_start(results_dir: Path, xla_p
 def test_missing_torch_xla_is_unavailable_and_names_the_interpreter(results_dir: Path) -> None:
     import sys
 
-    specs = plan([get_workload("gpt2")], None, ["xla"], ["infer"], "float32", None, None, steps=1)
+    specs = plan(["gpt2"], backends=["xla"], modes=["infer"], steps=1)
     [row] = SuiteRunner(results_dir).run(specs)  # this interpreter has no torch_xla
     if row["status"] == "ok":
         pytest.skip("torch_xla is importable in the test interpreter")

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from itertools import product
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,7 +27,7 @@ from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import classify, run_worker, worker_env
 from tpubench.spec import RunSpec
-from workloads import MODES, Workload
+from workloads import MODES, Workload, get_workload
 
 PROBE_TIMEOUT_S = 180.0
 
@@ -55,62 +56,58 @@ def _as_list(value: int | Sequence[int] | None) -> list[int | None]:
 
 
 def plan(
-    workloads: Sequence[Workload],
-    sizes: Sequence[str] | None,
-    backends: Sequence[str],
-    modes: Sequence[str] | None,
-    dtype: str,
-    batch_size: int | Sequence[int] | None,
-    seq_len: int | Sequence[int] | None,
+    workloads: Sequence[Workload | str],
+    *,
+    sizes: Sequence[str] | None = None,
+    backends: Sequence[str] = ("cpu",),
+    modes: Sequence[str] | None = None,
+    dtype: str = "float32",
+    batch_size: int | Sequence[int] | None = None,
+    seq_len: int | Sequence[int] | None = None,
     gen_len: int | Sequence[int] | None = None,
     **settings: Any,
 ) -> list[RunSpec]:
     """Every combination of workload, size, backend, mode and shape, in that nesting order.
 
-    Shapes default per device kind; a list of batch sizes, sequence (prompt) lengths or
-    generation lengths is a sweep, one run per combination (generation lengths only apply
-    to decode). Sizes and modes a workload does not define are skipped for it. The
-    default modes are train and infer. A prompt plus generation beyond a model's context
-    is a ValueError.
+    Each workload runs at its default size unless ``sizes`` names others, and in train and
+    infer modes unless ``modes`` says otherwise; sizes and modes a workload does not define
+    are skipped for it. Shapes default per device kind; a list of batch sizes, sequence
+    (prompt) lengths or generation lengths is a sweep, one run per combination (generation
+    lengths only apply to decode). ``settings`` are the remaining :class:`RunSpec` fields.
+    A prompt plus generation beyond a model's context is a ValueError.
     """
     specs = []
-    for workload in workloads:
-        for size in sizes or [workload.default_size]:
-            if size not in workload.sizes:
+    for workload in (get_workload(w) if isinstance(w, str) else w for w in workloads):
+        for size, backend, mode in product(sizes or [workload.default_size], backends, modes or MODES):
+            if size not in workload.sizes or mode not in workload.modes:
                 continue
-            context = workload.max_seq_len(workload.config(size))
-            for backend in backends:
-                shape = workload.shape_for(get_backend(backend).device_kind)
-                for mode in modes or MODES:
-                    if mode not in workload.modes:
-                        continue
-                    gens = _as_list(gen_len) if mode == "decode" else [0]
-                    for batch in _as_list(batch_size):
-                        for seq in _as_list(seq_len):
-                            for gen in gens:
-                                prompt, generated = seq or shape.seq_len, DEFAULT_GEN_LEN if gen is None else gen
-                                if prompt + generated > context:
-                                    what = (
-                                        f"prompt {prompt} + generation {generated}"
-                                        if generated
-                                        else f"--seq-len {prompt}"
-                                    )
-                                    raise ValueError(f"{what} exceeds {workload.name}/{size}'s context of {context}")
-                                specs.append(
-                                    RunSpec(
-                                        suite=workload.suite,
-                                        workload=workload.name,
-                                        size=size,
-                                        backend=backend,
-                                        mode=mode,
-                                        dtype=dtype,
-                                        batch_size=batch or shape.batch_size,
-                                        seq_len=prompt,
-                                        gen_len=generated,
-                                        **settings,
-                                    )
-                                )
+            shape = workload.shape_for(get_backend(backend).device_kind)
+            gens = _as_list(gen_len) if mode == "decode" else [0]
+            for batch, seq, gen in product(_as_list(batch_size), _as_list(seq_len), gens):
+                prompt, generated = seq or shape.seq_len, DEFAULT_GEN_LEN if gen is None else gen
+                _check_context(workload, size, prompt, generated)
+                specs.append(
+                    RunSpec(
+                        suite=workload.suite,
+                        workload=workload.name,
+                        size=size,
+                        backend=backend,
+                        mode=mode,
+                        dtype=dtype,
+                        batch_size=batch or shape.batch_size,
+                        seq_len=prompt,
+                        gen_len=generated,
+                        **settings,
+                    )
+                )
     return specs
+
+
+def _check_context(workload: Workload, size: str, prompt: int, generated: int) -> None:
+    context = workload.max_seq_len(workload.config(size))
+    if prompt + generated > context:
+        what = f"prompt {prompt} + generation {generated}" if generated else f"--seq-len {prompt}"
+        raise ValueError(f"{what} exceeds {workload.name}/{size}'s context of {context}")
 
 
 def probe(python: str, backends: list[str]) -> dict[str, Any]:
