@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def tpubench(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess, as a user would."""
+def command(line: str, *args: str) -> list[str]:
+    """``python -m tpubench`` with ``line`` split as a shell would, then ``args`` as they are
+    (paths, which may hold spaces)."""
+    return [sys.executable, "-m", "tpubench", *shlex.split(line), *args]
+
+
+def tpubench(
+    line: str, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would: ``tpubench("run --backend cpu", path)``."""
     return subprocess.run(
-        [sys.executable, "-m", "tpubench", *args],
+        command(line, *args),
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},

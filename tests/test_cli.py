@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, tpubench
+from helpers import ROOT, command, tpubench
 
 from tpubench import store
 
@@ -75,14 +75,7 @@ def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) ->
 def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
     """The README's command at tiny size: every llm workload, cpu and cpu-compile, both modes."""
     result = tpubench(
-        "run",
-        "--suite",
-        "llm",
-        "--size",
-        "tiny",
-        "--steps",
-        "3",
-        "--results",
+        "run --suite llm --size tiny --steps 3 --results",
         str(results_dir),
         "--tag",
         "purpose=test",
@@ -116,16 +109,7 @@ def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
 
 def test_resume_skips_runs_already_stored_with_the_same_fingerprint(results_dir: Path) -> None:
     args = [
-        "run",
-        "--workload",
-        "gpt2",
-        "--backend",
-        "cpu",
-        "--mode",
-        "infer",
-        "--steps",
-        "2",
-        "--results",
+        "run --workload gpt2 --backend cpu --mode infer --steps 2 --results",
         str(results_dir),
     ]
     assert tpubench(*args).returncode == 0
@@ -139,20 +123,7 @@ def test_resume_skips_runs_already_stored_with_the_same_fingerprint(results_dir:
 
 def test_oversized_run_is_skipped_with_its_estimate(results_dir: Path) -> None:
     result = tpubench(
-        "run",
-        "--workload",
-        "llama3",
-        "--size",
-        "8b",
-        "--backend",
-        "cpu",
-        "--mode",
-        "train",
-        "--batch-size",
-        "64",
-        "--seq-len",
-        "4096",
-        "--results",
+        "run --workload llama3 --size 8b --backend cpu --mode train --batch-size 64 --seq-len 4096 --results",
         str(results_dir),
         env={"COLUMNS": "200"},
     )
@@ -163,23 +134,13 @@ def test_oversized_run_is_skipped_with_its_estimate(results_dir: Path) -> None:
 
 
 def test_two_suites_writing_to_one_directory_lose_nothing(fault_workloads: None, results_dir: Path) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "tpubench",
-        "run",
-        "--backend",
-        "cpu",
-        "--mode",
-        "infer",
-        "--steps",
-        "2",
-        "--results",
-        str(results_dir),
-    ]
     suites = [
         subprocess.Popen(
-            [*args, "--workload", "fault-ok", "--workload", "fault-ok", "--workload", "gpt2", "--tag", f"suite={i}"],
+            command(
+                f"run --backend cpu --mode infer --steps 2 --workload fault-ok --workload fault-ok --workload gpt2 "
+                f"--tag suite={i} --results",
+                str(results_dir),
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=ROOT,

@@ -5,30 +5,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import command
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
-from workloads import get_workload
 
 
 def specs_for(names: list[str], timeout_s: float = 60.0):
-    return plan(
-        [get_workload(n) for n in names],
-        None,
-        ["cpu"],
-        ["infer"],
-        "float32",
-        None,
-        None,
-        warmup=1,
-        steps=2,
-        timeout_s=timeout_s,
-    )
+    return plan(names, modes=["infer"], warmup=1, steps=2, timeout_s=timeout_s)
 
 
 def test_each_failure_gets_its_status_and_the_others_succeed(fault_workloads: None, results_dir: Path) -> None:
@@ -65,7 +53,7 @@ def test_each_failure_gets_its_status_and_the_others_succeed(fault_workloads: No
 
 
 def test_unavailable_backend_is_a_row_not_an_error(results_dir: Path) -> None:
-    specs = plan([get_workload("gpt2")], ["tiny"], ["cuda"], ["infer"], "float32", None, None, steps=1)
+    specs = plan(["gpt2"], backends=["cuda"], modes=["infer"], steps=1)
     runner = SuiteRunner(results_dir)
     if runner.probe_all(["cuda"])["cuda"]["backends"]["cuda"]["available"]:
         pytest.skip("this machine has a CUDA device")
@@ -75,7 +63,7 @@ def test_unavailable_backend_is_a_row_not_an_error(results_dir: Path) -> None:
 
 
 def test_a_missing_interpreter_makes_its_backends_unavailable(results_dir: Path) -> None:
-    specs = plan([get_workload("gpt2")], ["tiny"], ["cpu"], ["infer"], "float32", None, None, steps=1)
+    specs = plan(["gpt2"], modes=["infer"], steps=1)
     [row] = SuiteRunner(results_dir, pythons={"cpu": "/nonexistent/python"}).run(specs)
     assert row["status"] == "unavailable"
     assert "/nonexistent/python" in row["error"]
@@ -83,28 +71,13 @@ def test_a_missing_interpreter_makes_its_backends_unavailable(results_dir: Path)
 
 def test_ctrl_c_keeps_the_finished_rows(fault_workloads: None, results_dir: Path) -> None:
     """SIGINT to the CLI mid-suite: exit 130, finished runs on disk, the worker killed too."""
-    command = [
-        sys.executable,
-        "-m",
-        "tpubench",
-        "run",
-        "--workload",
-        "fault-ok",
-        "--workload",
-        "fault-hang",
-        "--workload",
-        "fault-ok",
-        "--backend",
-        "cpu",
-        "--mode",
-        "infer",
-        "--steps",
-        "1",
+    argv = command(
+        "run --workload fault-ok --workload fault-hang --workload fault-ok --backend cpu --mode infer --steps 1 "
         "--results",
         str(results_dir),
-    ]
+    )
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -19,7 +19,6 @@ from helpers import ROOT, tpubench
 
 from tpubench.backends.tpu import tpu_chips
 from tpubench.runner import SuiteRunner, plan
-from workloads import get_workload
 
 pytestmark = [
     # find_spec, not importorskip: importing torch_tpu would change this process's torch
@@ -42,7 +41,7 @@ def test_interpreter_without_torch_tpu_says_so(results_dir: Path, tmp_path: Path
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(bare_venv)], check=True)
     # a venv layered on the system Python: torch_tpu is not importable there
     [row] = SuiteRunner(results_dir, pythons={"tpu": str(bare_venv / "bin" / "python")}).run(
-        plan([get_workload("gpt2")], None, ["tpu"], ["infer"], "float32", None, None, steps=1)
+        plan(["gpt2"], backends=["tpu"], modes=["infer"], steps=1)
     )
     assert row["status"] == "unavailable"
     assert "torch_tpu not installed" in row["error"] or "probe with" in row["error"]
@@ -50,19 +49,7 @@ def test_interpreter_without_torch_tpu_says_so(results_dir: Path, tmp_path: Path
 
 def test_tpu_rows_are_unavailable_and_the_suite_goes_on(results_dir: Path) -> None:
     result = tpubench(
-        "run",
-        "--workload",
-        "gpt2",
-        "--backend",
-        "tpu",
-        "--backend",
-        "cpu",
-        "--mode",
-        "infer",
-        "--steps",
-        "2",
-        "--tpu-eager-mode",
-        "defer_and_fuse",
+        "run --workload gpt2 --backend tpu --backend cpu --mode infer --steps 2 --tpu-eager-mode defer_and_fuse "
         "--results",
         str(results_dir),
         env={"COLUMNS": "200"},
@@ -78,18 +65,7 @@ def test_tpu_rows_are_unavailable_and_the_suite_goes_on(results_dir: Path) -> No
 def test_forcing_the_runtime_without_a_chip_is_a_crashed_row(fault_workloads: None, results_dir: Path) -> None:
     """The abort comes from TorchTPU itself; its neighbours in the suite are unaffected."""
     names = ["fault-ok", "tpu-force-init", "fault-ok"]
-    specs = plan(
-        [get_workload(n) for n in names],
-        None,
-        ["cpu"],
-        ["infer"],
-        "float32",
-        None,
-        None,
-        warmup=1,
-        steps=2,
-        timeout_s=120,
-    )
+    specs = plan(names, modes=["infer"], warmup=1, steps=2, timeout_s=120)
     rows = SuiteRunner(results_dir).run(specs)
     assert [row["status"] for row in rows] == ["ok", "crashed", "ok"]
     crashed = rows[1]
@@ -137,7 +113,7 @@ def test_cpu_workers_are_untouched_by_an_installed_torch_tpu(
     report_path = tmp_path / "report.json"
     monkeypatch.setenv("TPUBENCH_TEST_REPORT", str(report_path))
     monkeypatch.setenv("TORCH_DEVICE_BACKEND_AUTOLOAD", "1")  # even if the user's shell turns autoload on
-    specs = plan([get_workload("env-report")], None, ["cpu"], ["infer"], "float32", None, None, steps=1)
+    specs = plan(["env-report"], modes=["infer"], steps=1)
     [row] = SuiteRunner(results_dir).run(specs)
     assert row["status"] == "ok", row.get("stderr_tail")
     report = json.loads(report_path.read_text())
