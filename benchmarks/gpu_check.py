@@ -3,26 +3,30 @@
 Runs through the same ``SuiteRunner`` as ``tpubench run`` (the CLI is bypassed only
 because the device image's packages are fixed), most important runs first, each in its
 own worker with a timeout, writing the parquet store after every run, so a cut-short
-session still returns what finished. Then captures one ``torch.profiler`` trace of gpt2
-124m train on cuda (3 steps after 3 warm-up steps) as a gzipped Chrome trace for Perfetto,
-plus the top ops table.
+session still returns what finished. gpt2 124m on cuda is also profiled through the
+harness's own ``--profile`` path (3 traced steps after the measured ones), so the check
+covers tpubench's CUDA trace capture too.
 
     python benchmarks/gpu_check.py --results /tmp/results --export "$OUT" [--budget-s 300]
 
 ``--export`` writes the store's two tables as flat ``runs.parquet`` and ``steps.parquet``,
-and the trace, into a folder: the device tool returns no folder whose name has an ``=``,
-which the store's date partitions have. On the H200 the whole plan took about 440 s.
+and the traces gzipped, into a folder: the device tool returns no folder whose name has
+an ``=``, which the store's date partitions have. On the H200 the whole plan took about
+440 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+# like the tpubench command: an installed TPU plugin must not load into this process
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 PLAN = [
     ("gpt2", "tiny", "cuda", ("train", "infer")),
     ("llama3", "tiny", "cuda", ("train", "infer")),
-    ("gpt2", "124m", "cuda", ("train", "infer")),
+    ("gpt2", "124m", "cuda", ("train", "infer")),  # profiled
     ("gpt2", "124m", "cuda-compile", ("train", "infer")),
     ("llama3", "1b", "cuda", ("train", "infer")),
     ("gpt2", "tiny", "cuda-compile", ("train", "infer")),
@@ -40,37 +44,20 @@ PLAN = [
 ]
 
 
-def capture_trace(out: Path) -> None:
-    """3 profiled steps of gpt2 124m bf16 train on cuda, after 3 unprofiled warm-up steps."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+PROFILED = ("gpt2", "124m", "cuda")
+PROFILE_STEPS = 3
 
-    from workloads import load
 
-    instance = load("gpt2", "124m", device="cuda", dtype=torch.bfloat16)
-    optimizer = torch.optim.AdamW(instance.model.parameters(), lr=1e-4)
+def export(results: Path, out: Path) -> None:
+    """Flat copies of the runs and steps tables, and every trace gzipped, for the device tool."""
+    from tpubench import store
 
-    def step() -> None:
-        instance.loss().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as profiler:
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
     out.mkdir(parents=True, exist_ok=True)
-    raw = out / "gpt2-124m-train-cuda.json"
-    profiler.export_chrome_trace(str(raw))
-    with open(raw, "rb") as source, gzip.open(f"{raw}.gz", "wb") as target:
-        shutil.copyfileobj(source, target)
-    raw.unlink()
-    table = profiler.key_averages().table(sort_by="cuda_time_total", row_limit=30)
-    (out / "gpt2-124m-train-cuda-top-ops.txt").write_text(table)
-    print(table)
+    store.load_runs(results).to_parquet(out / "runs.parquet")
+    store.load_steps(results).to_parquet(out / "steps.parquet")
+    for trace in (results / "traces").glob("*/trace.json"):
+        with open(trace, "rb") as source, gzip.open(out / f"trace-{trace.parent.name}.json.gz", "wb") as target:
+            shutil.copyfileobj(source, target)
 
 
 def main() -> None:
@@ -79,11 +66,7 @@ def main() -> None:
     parser.add_argument("--export", type=Path, help="also write flat runs/steps parquet and the trace here")
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop starting new runs after this")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--trace-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.trace_only:
-        capture_trace(args.trace_only)
-        return
 
     from tpubench.runner import SuiteRunner, plan
 
@@ -102,6 +85,7 @@ def main() -> None:
             warmup=3,
             steps=args.steps,
             timeout_s=240,
+            profile_steps=PROFILE_STEPS if (workload, size, backend) == PROFILED else 0,
         )
         for row in runner.run(specs):
             figures = (
@@ -112,18 +96,8 @@ def main() -> None:
                 else row.get("error")
             )
             print(f"{workload}/{size} {backend} {row['mode']}: {row['status']}: {figures}", flush=True)
-    out = args.export or args.results
     if args.export and args.results.is_dir():  # nothing ran: nothing to export
-        from tpubench import store
-
-        args.export.mkdir(parents=True, exist_ok=True)
-        store.load_runs(args.results).to_parquet(args.export / "runs.parquet")
-        store.load_steps(args.results).to_parquet(args.export / "steps.parquet")
-    trace = subprocess.run(
-        [sys.executable, __file__, "--results", str(args.results), "--trace-only", str(out / "trace")],
-        timeout=180,
-    )
-    print(f"trace capture exit code {trace.returncode}")
+        export(args.results, args.export)
 
 
 if __name__ == "__main__":
