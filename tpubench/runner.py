@@ -26,7 +26,7 @@ from tpubench import store, verify
 from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import classify, run_worker, worker_env
-from tpubench.spec import RunSpec
+from tpubench.spec import KEY_FIELDS, RunSpec
 from workloads import MODES, Workload, get_workload
 
 PROBE_TIMEOUT_S = 180.0
@@ -166,20 +166,7 @@ class SuiteRunner:
         if not self.resume or not Path(self.results_dir).is_dir():
             return set()
         done = store.load_runs(self.results_dir, status="ok")
-        return {
-            (
-                row.workload,
-                row.size,
-                row.backend,
-                row.mode,
-                row.dtype,
-                row.batch_size,
-                row.seq_len,
-                row.gen_len,
-                row.fingerprint,
-            )
-            for row in done.itertuples()
-        }
+        return set(done[[*KEY_FIELDS, "fingerprint"]].itertuples(index=False, name=None))
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
         """Run ``specs`` in order and return their rows (also written to the store).

@@ -6,6 +6,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 DTYPES = ("float32", "bfloat16")
+#: the fields that identify a run for ``--resume``: also columns of the runs table
+KEY_FIELDS = ("workload", "size", "backend", "mode", "dtype", "batch_size", "seq_len", "gen_len")
 
 
 @dataclass(frozen=True)
@@ -34,16 +36,7 @@ class RunSpec:
 
     def key(self) -> tuple:
         """The identity ``--resume`` matches on (settings that change the measurement)."""
-        return (
-            self.workload,
-            self.size,
-            self.backend,
-            self.mode,
-            self.dtype,
-            self.batch_size,
-            self.seq_len,
-            self.gen_len,
-        )
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
 
     def to_json(self) -> dict:
         return asdict(self)
