@@ -7,6 +7,7 @@ TPU execution path itself needs a chip and is not exercised (nothing is faked fo
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import subprocess
@@ -34,6 +35,9 @@ def test_env_reports_tpu_unavailable_with_the_reason() -> None:
     for name in ("tpu", "tpu-compile"):
         assert backends[name]["available"] is False
         assert backends[name]["reason"] == "no TPU chip on this host"
+        # what is installed still shows, from package metadata
+        assert backends[name]["versions"]["torch_tpu"] == importlib.metadata.version("torch_tpu")
+        assert backends[name]["versions"]["libtpu"] == importlib.metadata.version("libtpu")
 
 
 def test_interpreter_without_torch_tpu_says_so(results_dir: Path, tmp_path: Path) -> None:

@@ -112,14 +112,12 @@ class TpuBackend(Backend):
     def availability(self) -> Availability:
         if importlib.util.find_spec("torch_tpu") is None:
             return Availability(False, f"torch_tpu not installed for {sys.executable}")
+        # from package metadata, chip or not, so `tpubench env` shows what is installed
+        versions = {"torch": torch.__version__, "torch_tpu": _version("torch_tpu") or "?"}
+        versions |= {name: version for name in ("libtpu", "tpu-info") if (version := _version(name))}
         chips = tpu_chips()
         if not chips:
-            return Availability(False, "no TPU chip on this host")
-        versions = {
-            "torch": torch.__version__,
-            "torch_tpu": _version("torch_tpu") or "?",
-            "libtpu": _version("libtpu") or "?",
-        }
+            return Availability(False, "no TPU chip on this host", versions=versions)
         devices = sum(DEVICES_PER_CHIP.get(chip, 1) for chip in chips)
         return Availability(True, device_name=chips[0], device_count=devices, versions=versions)
 
