@@ -19,6 +19,10 @@ from tpubench import peaks
         ("TPU v6e", "TPU v6e"),
         ("TPU v4", "TPU v4"),
         ("TPU v7", "TPU v7"),
+        # PJRT's device kinds, as torch_xla reports them
+        ("TPU v5", "TPU v5p"),
+        ("TPU v6 lite", "TPU v6e"),
+        ("TPU7x", "TPU v7"),
     ],
 )
 def test_device_names_map_to_chips(device: str, chip: str) -> None:
@@ -38,3 +42,14 @@ def test_unknown_device_or_dtype_gives_none_and_a_warning() -> None:
         assert peaks.mfu(1e12, 1.0, "AMD EPYC 7B13", "bfloat16") is None
     with pytest.warns(UserWarning, match="no peak float32"):
         assert peaks.mfu(1e12, 1.0, "TPU v5p", "float32") is None
+
+
+def test_an_unlisted_chip_is_not_mistaken_for_a_relative() -> None:
+    assert peaks.lookup("TPU v4 lite") is None  # v4i, an inference chip, is not a v4
+
+
+def test_a_v7_run_is_held_against_one_of_its_chips_two_devices() -> None:
+    # a run drives one device: half a v7 chip's 2307 TFLOP/s and 7.37 TB/s
+    assert peaks.mfu(2307e12 / 2, 1.0, "TPU7x", "bfloat16") == pytest.approx(1.0)
+    assert peaks.lookup("TPU v7").device_hbm_bytes_per_s == pytest.approx(7.37e12 / 2)
+    assert peaks.lookup("TPU v5e").device_hbm_bytes_per_s == pytest.approx(0.819e12)

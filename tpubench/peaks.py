@@ -1,8 +1,15 @@
 """Peak dense FLOP/s and memory bandwidth per chip: the one table MFU is read from.
 
-Figures are per chip (per GPU), dense (no 2:4 sparsity), from the vendors' data sheets.
-A figure the vendor does not publish is absent, and a device that matches no entry gets
-``None``: MFU is then null with a warning, never a guessed default.
+Figures are per chip (per GPU), dense (no 2:4 sparsity), from the vendors' data sheets,
+so they can be checked against them. A run drives one *device*, and a TPU v7 chip exposes
+its two TensorCores as two devices, each with half the chip's compute and HBM; MFU and
+bandwidth utilisation therefore use the per-device share. A figure the vendor does not
+publish is absent, and a device that matches no entry gets ``None``: MFU is then null
+with a warning, never a guessed default.
+
+Device names are matched as the runtimes report them: CUDA's marketing names, PJRT's
+device kinds for torch_xla ("TPU v5 lite" is v5e, "TPU v5" is v5p, "TPU v6 lite" is
+v6e, "TPU7x" is v7) and tpubench's own PCI detection for TorchTPU ("TPU v5e"...).
 """
 
 from __future__ import annotations
@@ -19,8 +26,17 @@ TERA = 1e12
 @dataclass(frozen=True)
 class Peak:
     chip: str
-    flops: dict[str, float]  # dtype -> FLOP/s ("bfloat16", "float32", "tf32")
-    hbm_bytes_per_s: float
+    flops: dict[str, float]  # dtype -> FLOP/s per chip ("bfloat16", "float32", "tf32")
+    hbm_bytes_per_s: float  # per chip
+    devices_per_chip: int = 1  # devices the runtime exposes per chip; a run uses one
+
+    def device_flops(self, dtype: str) -> float | None:
+        """Peak FLOP/s of one device for ``dtype`` (a ``flops`` key), None where unpublished."""
+        return self.flops[dtype] / self.devices_per_chip if dtype in self.flops else None
+
+    @property
+    def device_hbm_bytes_per_s(self) -> float:
+        return self.hbm_bytes_per_s / self.devices_per_chip
 
 
 # (pattern matched against the device name, case-insensitive) -> figures.
@@ -39,10 +55,12 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
     # Google Cloud TPU system architecture pages, per chip, BF16 and HBM bandwidth.
     # TPUs publish no float32 matmul peak (the MXU runs float32 as several bf16 passes).
     (r"v5\s*(lite|e)|v5litepod", Peak("TPU v5e", {"bfloat16": 197 * TERA}, 0.819 * TERA)),
-    (r"v5p", Peak("TPU v5p", {"bfloat16": 459 * TERA}, 2.765 * TERA)),
+    (r"\bv5p?\b", Peak("TPU v5p", {"bfloat16": 459 * TERA}, 2.765 * TERA)),  # after v5e: PJRT says "TPU v5"
     (r"v6\s*e|v6 lite|trillium", Peak("TPU v6e", {"bfloat16": 918 * TERA}, 1.64 * TERA)),
-    (r"\bv4\b", Peak("TPU v4", {"bfloat16": 275 * TERA}, 1.2 * TERA)),
-    (r"\bv7\b|ironwood", Peak("TPU v7", {"bfloat16": 2307 * TERA}, 7.37 * TERA)),
+    (r"\bv4\b(?!\s*lite)", Peak("TPU v4", {"bfloat16": 275 * TERA}, 1.2 * TERA)),  # "v4 lite" (v4i) is another chip
+    # Ironwood (PJRT: "TPU7x") exposes its two TensorCores as two devices (TorchTPU's hardware
+    # table; one device addresses 96 of the chip's 192 GiB).
+    (r"\bv7x?\b|tpu\s*7x|ironwood", Peak("TPU v7", {"bfloat16": 2307 * TERA}, 7.37 * TERA, devices_per_chip=2)),
 )
 
 
@@ -54,25 +72,25 @@ def lookup(device_name: str) -> Peak | None:
 
 
 def peak_flops(device_name: str, dtype: str, float32_matmul_precision: str = "highest") -> float | None:
-    """Peak FLOP/s of ``device_name`` for ``dtype``; ``None`` (with a warning) when unknown.
+    """Peak FLOP/s of one ``device_name`` device for ``dtype``; ``None`` (with a warning) when unknown.
 
     A float32 run whose matmul precision is not "highest" runs on TF32 tensor cores, so
     it is held against the TF32 peak.
     """
     peak = lookup(device_name)
     key = "tf32" if dtype == "float32" and float32_matmul_precision != "highest" else dtype
-    if peak is None or key not in peak.flops:
+    flops = peak.device_flops(key) if peak else None
+    if flops is None:
         warnings.warn(
             f"no peak {key} FLOP/s known for device {device_name!r}; MFU left null", TpubenchWarning, stacklevel=2
         )
-        return None
-    return peak.flops[key]
+    return flops
 
 
 def mfu(
     flops_per_step: float, step_seconds: float, device_name: str, dtype: str, float32_matmul_precision: str = "highest"
 ) -> float | None:
-    """Model FLOPs utilisation: achieved FLOP/s over the chip's peak for that dtype."""
+    """Model FLOPs utilisation: achieved FLOP/s over one device's peak for that dtype."""
     peak = peak_flops(device_name, dtype, float32_matmul_precision)
     if peak is None or step_seconds <= 0:
         return None

@@ -243,7 +243,7 @@ def serving_columns(
             TpubenchWarning,
             stacklevel=2,
         )
-    utilisation = bandwidth_utilisation(moved, metrics["tpot_p50_ms"], peak.hbm_bytes_per_s if peak else None)
+    utilisation = bandwidth_utilisation(moved, metrics["tpot_p50_ms"], peak.device_hbm_bytes_per_s if peak else None)
     return {**metrics, "decode_bytes_per_step": moved, "bandwidth_util": utilisation}
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tpubench import TpubenchWarning
+from tpubench import TpubenchWarning, peaks
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.spec import RunSpec
@@ -40,14 +40,16 @@ PCI_DEVICE_TO_CHIP = {
     "0x006f": "TPU v6e",
     "0x0076": "TPU v7",
 }
-DEVICES_PER_CHIP = {"TPU v7": 2}
 EAGER_MODES = ("defer_never", "defer_and_fuse")
 
 
-def google_pci_devices() -> list[Path]:
-    """sysfs folders of the Google (TPU) devices on this host's PCI bus; no runtime touched."""
+def google_pci_devices(root: Path = Path("/")) -> list[Path]:
+    """sysfs folders of the Google (TPU) devices on this host's PCI bus; no runtime touched.
+
+    ``root`` is the file-system root, so the tests can hand in a fake sysfs with a chip.
+    """
     found = []
-    for vendor_path in sorted(glob.glob("/sys/bus/pci/devices/*/vendor")):
+    for vendor_path in sorted(glob.glob(str(root / "sys/bus/pci/devices/*/vendor"))):
         try:
             if Path(vendor_path).read_text().strip() == GOOGLE_PCI_VENDOR:
                 found.append(Path(vendor_path).parent)
@@ -56,21 +58,26 @@ def google_pci_devices() -> list[Path]:
     return found
 
 
-def tpu_chips() -> list[str]:
+def tpu_chips(root: Path = Path("/")) -> list[str]:
     """The TPU chips TorchTPU can use here, by generation (``TPU v5e``...).
 
     A chip counts only when its IOMMU group is exposed under /dev/vfio, TorchTPU's own test.
     """
     chips = []
-    for device_dir in google_pci_devices():
+    for device_dir in google_pci_devices(root):
         try:
             device_id = device_dir.joinpath("device").read_text().strip()
             group = device_dir.joinpath("iommu_group").resolve().name
         except OSError:
             continue
-        if Path("/dev/vfio", group).exists():
+        if (root / "dev/vfio" / group).exists():
             chips.append(PCI_DEVICE_TO_CHIP.get(device_id, f"TPU (PCI device {device_id})"))
     return chips
+
+
+def tpu_devices(chips: list[str]) -> int:
+    """Devices the runtime exposes for ``chips``: a v7 chip shows its two TensorCores as two."""
+    return sum(peak.devices_per_chip if (peak := peaks.lookup(chip)) else 1 for chip in chips)
 
 
 def _version(package: str) -> str | None:
@@ -118,8 +125,7 @@ class TpuBackend(Backend):
         chips = tpu_chips()
         if not chips:
             return Availability(False, "no TPU chip on this host", versions=versions)
-        devices = sum(DEVICES_PER_CHIP.get(chip, 1) for chip in chips)
-        return Availability(True, device_name=chips[0], device_count=devices, versions=versions)
+        return Availability(True, device_name=chips[0], device_count=tpu_devices(chips), versions=versions)
 
     def setup(self, spec: RunSpec) -> None:
         self.eager_mode = spec.tpu_eager_mode or self.eager_mode
