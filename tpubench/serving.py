@@ -27,6 +27,10 @@ class GenerationTiming:
     itl_ms: list[float] = field(default_factory=list)
     e2e_ms: float = 0.0
 
+    def tpot_ms(self, output_tokens: int) -> float | None:
+        """Time per output token after the first; None with fewer than two output tokens."""
+        return (self.e2e_ms - self.ttft_ms) / (output_tokens - 1) if output_tokens > 1 else None
+
 
 def _percentiles(name: str, values: list[float]) -> dict[str, float | None]:
     if not values:
@@ -43,7 +47,7 @@ def serving_metrics(
     included; TPOT needs at least two.
     """
     ttft = [g.ttft_ms for g in generations]
-    tpot = [(g.e2e_ms - g.ttft_ms) / (gen_len - 1) for g in generations] if gen_len > 1 else []
+    tpot = [g.tpot_ms(gen_len) for g in generations] if gen_len > 1 else []
     itl = [value for g in generations for value in g.itl_ms]
     total_s = sum(g.e2e_ms for g in generations) / 1e3
     runs = len(generations)

@@ -205,7 +205,7 @@ def step_rows(records: list[StepRecord], timings: list[GenerationTiming], gen_le
     if timings:  # one timing per generation, in the order the records were taken
         for row, timing in zip(rows, timings, strict=True):
             row["ttft_ms"] = timing.ttft_ms
-            row["tpot_ms"] = (timing.e2e_ms - timing.ttft_ms) / (gen_len - 1) if gen_len > 1 else None
+            row["tpot_ms"] = timing.tpot_ms(gen_len)
     return rows
 
 
