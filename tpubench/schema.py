@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from tpubench.serving import PERCENTILES
+
 SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "mismatch", "failed", "oom", "timeout", "crashed", "unavailable", "skipped")
@@ -51,7 +53,7 @@ RUNS = pa.schema(
         ("median_host_ms", _float),
         ("samples_per_s", _float),
         ("tokens_per_s", _float),
-        *[(f"{metric}_p{p}_ms", _float) for metric in ("ttft", "tpot", "itl") for p in (50, 90, 99)],
+        *[(f"{metric}_p{p}_ms", _float) for metric in ("ttft", "tpot", "itl") for p in PERCENTILES],
         ("output_tokens_per_s", _float),
         ("total_tokens_per_s", _float),
         ("decode_bytes_per_step", _float),
