@@ -94,8 +94,6 @@ def make_generation_step(
     on its own with the backend's timer (prefill = TTFT, each decode step = one ITL) and
     appended to ``timings``; the protocol's own timer around the call gives end to end.
     """
-    if mode not in instance.workload.modes:
-        raise ValueError(f"workload {instance.workload.name!r} has no {mode} mode")
     model.eval()
     greedy = instance.greedy(model, instance.seq_len + (gen_len if mode == "decode" else 0))
 

@@ -23,7 +23,7 @@ import torch
 from tpubench.backends import Backend
 from tpubench.measure import make_step
 from tpubench.spec import RunSpec
-from workloads import Instance
+from workloads import GENERATION_MODES, Instance
 
 TOLERANCE = {"float32": 1e-3, "bfloat16": 5e-2}
 REFERENCE_BACKEND, REFERENCE_DTYPE = "cpu", "float32"
@@ -44,7 +44,7 @@ def outputs(spec: RunSpec, backend: Backend, instance: Instance) -> dict[str, to
         model.eval()
         with torch.no_grad():
             found["logits"] = instance.workload.forward(model, instance.batch)
-        if spec.mode in ("prefill", "decode"):
+        if spec.mode in GENERATION_MODES:
             found["tokens"] = greedy_tokens(instance, model, backend, max(spec.gen_len, 1))
     backend.after_step()
     return {key: (value.cpu() if key == "tokens" else value.float().cpu()) for key, value in found.items()}

@@ -32,7 +32,7 @@ from tpubench.backends.base import Availability, Backend
 from tpubench.spec import RunSpec
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
-#: PCI device id -> chip, as TorchTPU's hardware table has it; v7 exposes two devices per chip
+#: PCI device id -> chip, as TorchTPU's hardware table has it (devices per chip: tpubench.peaks)
 PCI_DEVICE_TO_CHIP = {
     "0x005e": "TPU v4",
     "0x0062": "TPU v5p",
