@@ -43,7 +43,7 @@ def test_a_host_without_google_pci_devices_has_no_chips(tmp_path: Path) -> None:
 
 def test_every_detectable_generation_has_a_peak_and_v7_exposes_two_devices_per_chip() -> None:
     for chip in PCI_DEVICE_TO_CHIP.values():
-        assert peaks.lookup(chip).chip == chip
+        assert peaks.lookup(chip, "tpu").chip == chip
     assert tpu_devices(["TPU v7", "TPU v7"]) == 4
     assert tpu_devices(["TPU v5e"] * 4) == 4
     assert tpu_devices(["TPU (PCI device 0x0099)"]) == 1

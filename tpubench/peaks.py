@@ -1,15 +1,20 @@
 """Peak dense FLOP/s and memory bandwidth per chip: the one table MFU is read from.
 
 Figures are per chip (per GPU), dense (no 2:4 sparsity), from the vendors' data sheets,
-so they can be checked against them. A run drives one *device*, and a TPU v7 chip exposes
-its two TensorCores as two devices, each with half the chip's compute and HBM; MFU and
-bandwidth utilisation therefore use the per-device share. A figure the vendor does not
-publish is absent, and a device that matches no entry gets ``None``: MFU is then null
-with a warning, never a guessed default.
+so they can be checked against them; each entry names its source. Where a data sheet
+prints only sparse tensor figures and says dense ones are half, the entry holds the half.
+A run drives one *device*, and a TPU v7 chip exposes its two TensorCores as two devices,
+each with half the chip's compute and HBM; MFU and bandwidth utilisation therefore use
+the per-device share. A figure the vendor does not publish is absent, and a device that
+matches no entry gets ``None``: MFU is then null with a warning, never a guessed default.
 
-Device names are matched as the runtimes report them: CUDA's marketing names, PJRT's
+A device matches only entries of the device kind its backend reports ("cpu", "cuda",
+"tpu"), and only by one of the exact names its runtime prints for it (case and
+punctuation aside): ``torch.cuda.get_device_name()`` for CUDA and ROCm builds, PJRT's
 device kinds for torch_xla ("TPU v5 lite" is v5e, "TPU v5" is v5p, "TPU v6 lite" is
-v6e, "TPU7x" is v7) and tpubench's own PCI detection for TorchTPU ("TPU v5e"...).
+v6e, "TPU7x" is v7) and tpubench's own PCI detection for TorchTPU ("TPU v5e"...). So a
+Xeon "E5-2686 v4" can never be a TPU v4, and an SKU whose figures differ from its
+family's (A100 40 GB, H100 PCIe) never borrows another's. CPUs have no entries.
 """
 
 from __future__ import annotations
@@ -25,9 +30,14 @@ TERA = 1e12
 
 @dataclass(frozen=True)
 class Peak:
+    """One chip's published peaks, and the device names its runtimes report for it."""
+
     chip: str
+    kind: str  # the backend device kind that reports it: "cuda" (ROCm builds too) or "tpu"
+    names: tuple[str, ...]  # device names exactly as the runtimes print them
     flops: dict[str, float]  # dtype -> FLOP/s per chip ("bfloat16", "float32", "tf32")
     hbm_bytes_per_s: float  # per chip
+    source: str  # the data sheet (URL) and the figures read from it
     devices_per_chip: int = 1  # devices the runtime exposes per chip; a run uses one
 
     def device_flops(self, dtype: str) -> float | None:
@@ -39,45 +49,225 @@ class Peak:
         return self.hbm_bytes_per_s / self.devices_per_chip
 
 
-# (pattern matched against the device name, case-insensitive) -> figures.
-# More specific patterns come first ("H100 NVL" style variants are not distinguished:
-# the SXM figures are used, which overstates a PCIe card's peak and so understates MFU).
-PEAKS: tuple[tuple[str, Peak], ...] = (
-    # NVIDIA A100 SXM 80GB data sheet: BF16 312, TF32 156, FP32 19.5 TFLOP/s, 2039 GB/s.
-    (r"\bA100\b", Peak("A100", {"bfloat16": 312 * TERA, "tf32": 156 * TERA, "float32": 19.5 * TERA}, 2.039 * TERA)),
-    # NVIDIA H100 SXM data sheet: BF16 989.4, TF32 494.7, FP32 67 TFLOP/s, 3.35 TB/s.
-    (r"\bH100\b", Peak("H100", {"bfloat16": 989.4 * TERA, "tf32": 494.7 * TERA, "float32": 67 * TERA}, 3.35 * TERA)),
-    # NVIDIA H200 SXM data sheet: same tensor cores as H100 SXM; 4.8 TB/s HBM3e.
-    (r"\bH200\b", Peak("H200", {"bfloat16": 989.4 * TERA, "tf32": 494.7 * TERA, "float32": 67 * TERA}, 4.8 * TERA)),
-    # NVIDIA HGX B200 data sheet, per GPU: BF16 2.25 PFLOP/s, TF32 1.1 PFLOP/s dense,
-    # FP32 75 TFLOP/s, 7.7 TB/s.
-    (r"\bB200\b", Peak("B200", {"bfloat16": 2250 * TERA, "tf32": 1100 * TERA, "float32": 75 * TERA}, 7.7 * TERA)),
-    # Google Cloud TPU system architecture pages, per chip, BF16 and HBM bandwidth.
-    # TPUs publish no float32 matmul peak (the MXU runs float32 as several bf16 passes).
-    (r"v5\s*(lite|e)|v5litepod", Peak("TPU v5e", {"bfloat16": 197 * TERA}, 0.819 * TERA)),
-    (r"\bv5p?\b", Peak("TPU v5p", {"bfloat16": 459 * TERA}, 2.765 * TERA)),  # after v5e: PJRT says "TPU v5"
-    (r"v6\s*e|v6 lite|trillium", Peak("TPU v6e", {"bfloat16": 918 * TERA}, 1.64 * TERA)),
-    (r"\bv4\b(?!\s*lite)", Peak("TPU v4", {"bfloat16": 275 * TERA}, 1.2 * TERA)),  # "v4 lite" (v4i) is another chip
-    # Ironwood (PJRT: "TPU7x") exposes its two TensorCores as two devices (TorchTPU's hardware
-    # table; one device addresses 96 of the chip's 192 GiB).
-    (r"\bv7x?\b|tpu\s*7x|ironwood", Peak("TPU v7", {"bfloat16": 2307 * TERA}, 7.37 * TERA, devices_per_chip=2)),
+A100_SHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf: BF16 312, TF32 156 (dense), FP32 19.5 TFLOPS"
+)
+AMPERE = {"bfloat16": 312 * TERA, "tf32": 156 * TERA, "float32": 19.5 * TERA}  # every A100 SKU
+# Hopper SXM (H100 SXM, H200): the H100 architecture whitepaper's dense H100 SXM5 peaks.
+HOPPER_SXM = {"bfloat16": 989.4 * TERA, "tf32": 494.7 * TERA, "float32": 67 * TERA}
+HOPPER_SXM_SHEET = (
+    "NVIDIA H100 Tensor Core GPU Architecture whitepaper "
+    "(https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper), H100 SXM5: "
+    "dense BF16 989.4, TF32 494.7 TFLOPS; FP32 67 TFLOPS"
+)
+# Hopper NVL boards (H100 NVL, H200 NVL): their data sheets print BF16 1,671 and TF32 835
+# TFLOPS with sparsity ("one-half lower without sparsity"), and FP32 60 TFLOPS.
+HOPPER_NVL = {"bfloat16": 835.5 * TERA, "tf32": 417.5 * TERA, "float32": 60 * TERA}
+# CDNA 3 (MI300X, MI325X), AMD's spec pages: dense BF16 1307.4, TF32 653.7, FP32 163.4 TFLOPS.
+# Whether a ROCm build of torch runs float32 matmuls at precision "high" as TF32 depends on
+# its version (older ones needed HIPBLASLT_ALLOW_TF32=1); such a run is held against TF32.
+# One device per GPU is assumed (the SPX partition mode, AMD's default).
+CDNA3 = {"bfloat16": 1307.4 * TERA, "tf32": 653.7 * TERA, "float32": 163.4 * TERA}
+# TPUs publish no float32 matmul peak (the MXU runs float32 as several bf16 passes).
+TPU_DOCS = "https://cloud.google.com/tpu/docs/"
+
+# NVIDIA A10G (AWS G5) has no entry: neither NVIDIA nor AWS publishes a data sheet with its
+# tensor peaks (they differ from the A10's), so it stays null rather than borrow a figure.
+PEAKS: tuple[Peak, ...] = (
+    Peak(
+        "A100 SXM4 40GB",
+        "cuda",
+        ("NVIDIA A100-SXM4-40GB",),
+        AMPERE,
+        1.555 * TERA,
+        f"{A100_SHEET}; A100 40GB SXM 1,555 GB/s",
+    ),
+    Peak(
+        "A100 SXM4 80GB",
+        "cuda",
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB"),
+        AMPERE,
+        2.039 * TERA,
+        f"{A100_SHEET}; A100 80GB SXM 2,039 GB/s",
+    ),
+    Peak(
+        "A100 PCIe 40GB",
+        "cuda",
+        ("NVIDIA A100-PCIE-40GB",),
+        AMPERE,
+        1.555 * TERA,
+        f"{A100_SHEET}; A100 40GB PCIe 1,555 GB/s",
+    ),
+    Peak(
+        "A100 PCIe 80GB",
+        "cuda",
+        ("NVIDIA A100 80GB PCIe",),
+        AMPERE,
+        1.935 * TERA,
+        f"{A100_SHEET}; A100 80GB PCIe 1,935 GB/s",
+    ),
+    Peak(
+        "H100 SXM",
+        "cuda",
+        ("NVIDIA H100 80GB HBM3",),
+        HOPPER_SXM,
+        3.35 * TERA,
+        f"{HOPPER_SXM_SHEET}; https://www.nvidia.com/en-us/data-center/h100/: H100 SXM 3.35 TB/s",
+    ),
+    Peak(
+        "H100 PCIe",
+        "cuda",
+        ("NVIDIA H100 PCIe",),
+        {"bfloat16": 756.5 * TERA, "tf32": 378 * TERA, "float32": 51 * TERA},
+        2.0 * TERA,
+        "NVIDIA H100 data sheet / H100 PCIe product brief PB-11133-001, H100 PCIe: BF16 1,513 and TF32 756 "
+        "TFLOPS with sparsity (one-half lower without), FP32 51 TFLOPS, 2,000 GB/s",
+    ),
+    Peak(
+        "H100 NVL",
+        "cuda",
+        ("NVIDIA H100 NVL",),
+        HOPPER_NVL,
+        3.9 * TERA,
+        "https://www.nvidia.com/en-us/data-center/h100/, H100 NVL: BF16 1,671 and TF32 835 TFLOPS with "
+        "sparsity (one-half lower without), FP32 60 TFLOPS, 3.9 TB/s",
+    ),
+    Peak(
+        "H200 SXM",
+        "cuda",
+        ("NVIDIA H200",),
+        HOPPER_SXM,
+        4.8 * TERA,
+        f"{HOPPER_SXM_SHEET} (the same GH100 compute); https://www.nvidia.com/en-us/data-center/h200/: "
+        "H200 SXM 4.8 TB/s",
+    ),
+    Peak(
+        "H200 NVL",
+        "cuda",
+        ("NVIDIA H200 NVL",),
+        HOPPER_NVL,
+        4.8 * TERA,
+        "https://www.nvidia.com/en-us/data-center/h200/, H200 NVL: BF16 1,671 and TF32 835 TFLOPS with "
+        "sparsity (one-half lower without), FP32 60 TFLOPS, 4.8 TB/s",
+    ),
+    Peak(
+        "B200",
+        "cuda",
+        ("NVIDIA B200",),
+        {"bfloat16": 2250 * TERA, "tf32": 1100 * TERA, "float32": 75 * TERA},
+        7.7 * TERA,
+        "https://www.nvidia.com/en-us/data-center/hgx/, HGX B200 per GPU: FP16/BF16 4.5 and TF32 2.2 "
+        "PFLOPS with sparsity (halved here), FP32 75 TFLOPS, 7.7 TB/s",
+    ),
+    Peak(
+        "L4",
+        "cuda",
+        ("NVIDIA L4",),
+        {"bfloat16": 121 * TERA, "tf32": 60 * TERA, "float32": 30.3 * TERA},
+        0.3 * TERA,
+        "https://www.nvidia.com/en-us/data-center/l4/ (L4 data sheet): BF16 242 and TF32 120 TFLOPS with "
+        "sparsity (one-half lower without), FP32 30.3 TFLOPS, 300 GB/s",
+    ),
+    Peak(
+        "L40S",
+        "cuda",
+        ("NVIDIA L40S",),
+        {"bfloat16": 362.05 * TERA, "tf32": 183 * TERA, "float32": 91.6 * TERA},
+        0.864 * TERA,
+        "https://www.nvidia.com/en-us/data-center/l40s/ (L40S data sheet): dense BF16 362.05, TF32 183, "
+        "FP32 91.6 TFLOPS, 864 GB/s",
+    ),
+    Peak(
+        "MI300X",
+        "cuda",
+        ("AMD Instinct MI300X", "AMD Instinct MI300X VF"),
+        CDNA3,
+        5.3 * TERA,
+        "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html: peak BF16 1307.4, "
+        "TF32 653.7, FP32 163.4 TFLOPS (dense), 5.3 TB/s",
+    ),
+    Peak(
+        "MI325X",
+        "cuda",
+        ("AMD Instinct MI325X", "AMD Instinct MI325X VF"),
+        CDNA3,
+        6.0 * TERA,
+        "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html: peak BF16 1307.4, "
+        "TF32 653.7, FP32 163.4 TFLOPS (dense), 6 TB/s",
+    ),
+    Peak(
+        "TPU v4",
+        "tpu",
+        ("TPU v4",),
+        {"bfloat16": 275 * TERA},
+        1.2 * TERA,
+        f"{TPU_DOCS}v4: 275 TFLOPs BF16 and 1,200 GBps HBM per chip",
+    ),  # "TPU v4 lite" (v4i, an inference chip) is another chip: no entry
+    Peak(
+        "TPU v5e",
+        "tpu",
+        ("TPU v5 lite", "TPU v5e"),
+        {"bfloat16": 197 * TERA},
+        0.819 * TERA,
+        f"{TPU_DOCS}v5e: 197 TFLOPs BF16 and 819 GBps HBM per chip",
+    ),
+    Peak(
+        "TPU v5p",
+        "tpu",
+        ("TPU v5", "TPU v5p"),
+        {"bfloat16": 459 * TERA},
+        2.765 * TERA,
+        f"{TPU_DOCS}v5p: 459 TFLOPs BF16 and 2,765 GBps HBM per chip",
+    ),
+    Peak(
+        "TPU v6e",
+        "tpu",
+        ("TPU v6 lite", "TPU v6e"),
+        {"bfloat16": 918 * TERA},
+        1.64 * TERA,
+        f"{TPU_DOCS}v6e: 918 TFLOPs BF16 and 1,640 GBps HBM per chip",
+    ),
+    # Ironwood exposes its two TensorCores as two devices (TorchTPU's hardware table; one
+    # device addresses 96 of the chip's 192 GiB).
+    Peak(
+        "TPU v7",
+        "tpu",
+        ("TPU7x", "TPU v7"),
+        {"bfloat16": 2307 * TERA},
+        7.37 * TERA,
+        f"{TPU_DOCS}tpu7x: 2,307 TFLOPs BF16 per chip; Google's Ironwood announcement: 7.37 TB/s HBM per chip",
+        devices_per_chip=2,
+    ),
 )
 
 
-def lookup(device_name: str) -> Peak | None:
-    for pattern, peak in PEAKS:
-        if re.search(pattern, device_name, flags=re.IGNORECASE):
-            return peak
-    return None
+def _normalised(device_name: str) -> str:
+    """Lower case, punctuation and spacing folded: "A100-PCIE-40GB" and "a100 pcie 40gb" agree."""
+    return " ".join(re.findall(r"[a-z0-9]+", device_name.lower()))
 
 
-def peak_flops(device_name: str, dtype: str, float32_matmul_precision: str = "highest") -> float | None:
+_BY_NAME: dict[tuple[str, str], Peak] = {(peak.kind, _normalised(name)): peak for peak in PEAKS for name in peak.names}
+
+
+def lookup(device_name: str, device_kind: str) -> Peak | None:
+    """The entry for ``device_name`` among ``device_kind``'s entries ("cpu", "cuda", "tpu"), or None.
+
+    Only an exact name matches, never a substring, so an unlisted SKU gets no figures
+    rather than a relative's.
+    """
+    return _BY_NAME.get((device_kind, _normalised(device_name)))
+
+
+def peak_flops(
+    device_name: str, device_kind: str, dtype: str, float32_matmul_precision: str = "highest"
+) -> float | None:
     """Peak FLOP/s of one ``device_name`` device for ``dtype``; ``None`` (with a warning) when unknown.
 
     A float32 run whose matmul precision is not "highest" runs on TF32 tensor cores, so
     it is held against the TF32 peak.
     """
-    peak = lookup(device_name)
+    peak = lookup(device_name, device_kind)
     key = "tf32" if dtype == "float32" and float32_matmul_precision != "highest" else dtype
     flops = peak.device_flops(key) if peak else None
     if flops is None:
@@ -88,10 +278,15 @@ def peak_flops(device_name: str, dtype: str, float32_matmul_precision: str = "hi
 
 
 def mfu(
-    flops_per_step: float, step_seconds: float, device_name: str, dtype: str, float32_matmul_precision: str = "highest"
+    flops_per_step: float,
+    step_seconds: float,
+    device_name: str,
+    device_kind: str,
+    dtype: str,
+    float32_matmul_precision: str = "highest",
 ) -> float | None:
     """Model FLOPs utilisation: achieved FLOP/s over one device's peak for that dtype."""
-    peak = peak_flops(device_name, dtype, float32_matmul_precision)
+    peak = peak_flops(device_name, device_kind, dtype, float32_matmul_precision)
     if peak is None or step_seconds <= 0:
         return None
     return flops_per_step / step_seconds / peak

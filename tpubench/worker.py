@@ -115,8 +115,9 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         row |= timing_columns(measured)
         row |= backend_columns(extra, backend.peak_memory_bytes())
         precision = extra.get("float32_matmul_precision", "highest")
-        row |= throughput_columns(spec, workload, config, availability.device_name, row["median_step_ms"], precision)
-        row |= serving_columns(workload, config, spec, availability.device_name, timings[-spec.steps :])
+        device = (availability.device_name, backend.device_kind)  # peaks match within the device kind
+        row |= throughput_columns(spec, workload, config, device, row["median_step_ms"], precision)
+        row |= serving_columns(workload, config, spec, device, timings[-spec.steps :])
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
@@ -173,10 +174,11 @@ def backend_columns(extra: dict[str, Any], peak_mem_bytes: int | None) -> dict[s
 
 
 def throughput_columns(
-    spec: RunSpec, workload: Workload, config: Any, device_name: str, median_step_ms: float, precision: str
+    spec: RunSpec, workload: Workload, config: Any, device: tuple[str, str], median_step_ms: float, precision: str
 ) -> dict[str, Any]:
     """Samples and tokens per second at the median step time, the step's FLOPs, and MFU.
 
+    ``device`` is the device's name and kind, which select its peak in :mod:`tpubench.peaks`.
     ``precision`` is torch's float32 matmul precision: anything but "highest" lets float32
     matmuls use TF32, so MFU is taken against the TF32 peak.
     """
@@ -187,7 +189,7 @@ def throughput_columns(
         # decode: prompt and generated tokens per generation, like total_tokens_per_s
         "tokens_per_s": spec.batch_size * (spec.seq_len + spec.gen_len) / step_s,
         "flops_per_step": flops,
-        "mfu": peaks.mfu(flops, step_s, device_name, spec.dtype, precision),
+        "mfu": peaks.mfu(flops, step_s, *device, spec.dtype, precision),
     }
 
 
@@ -213,15 +215,15 @@ def step_flops(workload: Workload, config: Any, spec: RunSpec) -> float:
     """FLOPs of one measured step: a train/infer step, a prefill, or a whole generation."""
     if spec.mode == "prefill":
         return workload.flops(config, spec.batch_size, spec.seq_len, "infer")
-    if spec.mode == "decode":
-        cache_len = spec.seq_len + spec.gen_len
-        per_token = workload.generation.decode_flops(config, spec.batch_size, cache_len)
-        return workload.flops(config, spec.batch_size, spec.seq_len, "infer") + (spec.gen_len - 1) * per_token
+    if spec.mode == "decode":  # the prefill and each decode step attend over the whole static cache
+        cache_len, cached_flops = spec.seq_len + spec.gen_len, workload.generation.cached_flops
+        prefill = cached_flops(config, spec.batch_size, spec.seq_len, cache_len)
+        return prefill + (spec.gen_len - 1) * cached_flops(config, spec.batch_size, 1, cache_len)
     return workload.flops(config, spec.batch_size, spec.seq_len, spec.mode)
 
 
 def serving_columns(
-    workload: Workload, config: Any, spec: RunSpec, device_name: str, timings: list[GenerationTiming]
+    workload: Workload, config: Any, spec: RunSpec, device: tuple[str, str], timings: list[GenerationTiming]
 ) -> dict[str, Any]:
     """Decode runs: vLLM-style latency percentiles, token throughputs and bandwidth utilisation."""
     if spec.mode == "prefill":
@@ -236,10 +238,10 @@ def serving_columns(
     moved = workload.generation.decode_bytes(
         config, spec.batch_size, spec.seq_len + spec.gen_len, getattr(torch, spec.dtype)
     )
-    peak = peaks.lookup(device_name)
+    peak = peaks.lookup(*device)
     if peak is None:
         warnings.warn(
-            f"no peak HBM bandwidth known for device {device_name!r}; bandwidth utilisation left null",
+            f"no peak HBM bandwidth known for device {device[0]!r}; bandwidth utilisation left null",
             TpubenchWarning,
             stacklevel=2,
         )

@@ -36,14 +36,16 @@ class Generation:
     ``allocate_cache(config, batch, length, device, dtype)`` makes the cache;
     ``prefill(model, batch, cache)`` returns the first token; ``decode(model, token,
     position, cache)`` returns the next one and advances ``position`` (a device tensor) in
-    place. ``decode_flops(config, batch, cache_len)`` and ``decode_bytes(config, batch,
-    cache_len, dtype)`` give one decode step's FLOPs and the bytes it must read.
+    place. ``cached_flops(config, batch, new_tokens, cache_len)`` gives the FLOPs of one
+    forward of ``new_tokens`` tokens attending over a cache of ``cache_len`` positions (a
+    decode step, or a prefill into the cache); ``decode_bytes(config, batch, cache_len,
+    dtype)`` the bytes a decode step must read.
     """
 
     allocate_cache: Callable[[Any, int, int, torch.device, torch.dtype], Any]
     prefill: Callable[[nn.Module, Batch, Any], torch.Tensor]
     decode: Callable[[nn.Module, torch.Tensor, torch.Tensor, Any], torch.Tensor]
-    decode_flops: Callable[[Any, int, int], float]
+    cached_flops: Callable[[Any, int, int, int], float]
     decode_bytes: Callable[[Any, int, int, torch.dtype], float]
 
 

@@ -79,19 +79,22 @@ def decoder_flops(config: DecoderConfig, batch_size: int, seq_len: int, mode: st
     the masked half too). Backward costs twice the forward. Elementwise work and the
     optimizer step are not counted, the convention MFU figures use.
     """
-    tokens = batch_size * seq_len
-    projections = 2 * tokens * (config.n_layer * config.matmul_params_per_layer() + config.d_model * config.vocab_size)
-    attention = config.n_layer * 4 * batch_size * seq_len * seq_len * config.d_model
-    forward = projections + attention
+    forward = cached_flops(config, batch_size, seq_len, seq_len)  # without a cache, keys are the sequence
     return float(3 * forward if mode == "train" else forward)
 
 
-def decode_flops(config: DecoderConfig, batch_size: int, cache_len: int) -> float:
-    """One decode step: every projection for one token per sequence, attention over the cache."""
-    projections = (
-        2 * batch_size * (config.n_layer * config.matmul_params_per_layer() + config.d_model * config.vocab_size)
-    )
-    return float(projections + config.n_layer * 4 * batch_size * cache_len * config.d_model)
+def cached_flops(config: DecoderConfig, batch_size: int, new_tokens: int, cache_len: int) -> float:
+    """One forward of ``new_tokens`` tokens per sequence whose queries attend over ``cache_len`` keys.
+
+    Every projection and the LM head run once per new token; QK^T and AV run over all
+    ``cache_len`` positions, because a static cache is masked, not sliced, so SDPA computes
+    (and the flop counter counts) the empty positions too. A decode step is
+    ``new_tokens=1``; a decode run's prefill is the prompt over the cache of prompt +
+    generated positions, not the prompt alone.
+    """
+    tokens = batch_size * new_tokens
+    projections = 2 * tokens * (config.n_layer * config.matmul_params_per_layer() + config.d_model * config.vocab_size)
+    return float(projections + config.n_layer * 4 * tokens * cache_len * config.d_model)
 
 
 def kv_cache_bytes(config: DecoderConfig, batch_size: int, cache_len: int, dtype: torch.dtype) -> int:
@@ -225,5 +228,5 @@ def decoder_workload(
         estimate_memory_bytes=estimate_memory_bytes,
         max_seq_len=lambda config: config.max_seq_len,
         modes=MODES + GENERATION_MODES,
-        generation=Generation(KVCache.allocate, prefill, decode, decode_flops, decode_bytes),
+        generation=Generation(KVCache.allocate, prefill, decode, cached_flops, decode_bytes),
     )

@@ -77,7 +77,7 @@ def tpu_chips(root: Path = Path("/")) -> list[str]:
 
 def tpu_devices(chips: list[str]) -> int:
     """Devices the runtime exposes for ``chips``: a v7 chip shows its two TensorCores as two."""
-    return sum(peak.devices_per_chip if (peak := peaks.lookup(chip)) else 1 for chip in chips)
+    return sum(peak.devices_per_chip if (peak := peaks.lookup(chip, "tpu")) else 1 for chip in chips)
 
 
 def _version(package: str) -> str | None:
