@@ -13,6 +13,13 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_device_locks(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Device locks of this test session only: another tpubench on the host must not make
+    the tests wait (the lock tests set their own directory)."""
+    os.environ["TPUBENCH_LOCK_DIR"] = str(tmp_path_factory.mktemp("locks"))
+
+
 @pytest.fixture
 def fault_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Register tests/fault_workloads.py in this process and in every worker it starts."""

@@ -60,7 +60,20 @@ def _segfault() -> None:
 
 
 def _hang() -> None:
+    """Hang; first announce this worker's pid in $TPUBENCH_TEST_PIDFILE (if set), so a
+    test can wait for the hang to begin instead of sleeping."""
+    if path := os.environ.get("TPUBENCH_TEST_PIDFILE"):
+        with open(path + ".tmp", "w") as stream:
+            stream.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
     time.sleep(3600)
+
+
+def _hang_at_exit() -> None:
+    """Hang in interpreter teardown, after the result was sent (a runtime stuck in shutdown)."""
+    import atexit
+
+    atexit.register(time.sleep, 3600)
 
 
 def _slow() -> None:
@@ -74,6 +87,7 @@ WORKLOADS = (
     _workload("fault-raise", _raise),
     _workload("fault-oom", _oom),
     _workload("fault-hang", _hang),
+    _workload("fault-hang-at-exit", _hang_at_exit),
     _workload("fault-slow", _slow),
 )
 

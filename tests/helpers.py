@@ -29,3 +29,15 @@ def tpubench(
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+def wait_for(condition, what: str, timeout: float = 120.0, interval: float = 0.05):
+    """Poll ``condition`` until it returns something truthy (an event: a file, a pid gone)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+import pandas as pd
+import psutil
 import pytest
-from helpers import command
+from helpers import command, wait_for
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
@@ -69,30 +70,36 @@ def test_a_missing_interpreter_makes_its_backends_unavailable(results_dir: Path)
     assert "/nonexistent/python" in row["error"]
 
 
-def test_ctrl_c_keeps_the_finished_rows(fault_workloads: None, results_dir: Path) -> None:
-    """SIGINT to the CLI mid-suite: exit 130, finished runs on disk, the worker killed too."""
+@pytest.mark.parametrize(
+    ("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)]
+)
+def test_stopping_the_suite_keeps_finished_rows_and_leaves_nothing_behind(
+    fault_workloads: None, results_dir: Path, tmp_path: Path, signum: int, exit_code: int
+) -> None:
+    """Ctrl-C, SIGTERM or SIGKILL to the CLI while a worker hangs: finished runs stay on
+    disk, the worker and the fork server die with the CLI, and no temporary file remains."""
+    scratch, pidfile = tmp_path / "tmp", tmp_path / "worker.pid"
+    scratch.mkdir()
     argv = command(
         "run --workload fault-ok --workload fault-hang --workload fault-ok --backend cpu --mode infer --steps 1 "
         "--results",
         str(results_dir),
     )
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if list(results_dir.glob("runs/*/*.parquet")):
-            break
-        time.sleep(0.2)
-    time.sleep(2)  # the hanging worker is now started
-    process.send_signal(signal.SIGINT)
+    env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(scratch), "TPUBENCH_TEST_PIDFILE": str(pidfile)}
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    worker_pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the hanging worker to start"))
+    helpers = psutil.Process(process.pid).children(recursive=True)  # fork server, worker
+    assert worker_pid in {child.pid for child in helpers}
+    process.send_signal(signum)
     output, _ = process.communicate(timeout=60)
-    assert process.returncode == 130, output
-    assert "interrupted" in output
+    assert process.returncode == exit_code, output
+    if signum != signal.SIGKILL:
+        assert "interrupted: finished runs were saved" in output
+    _, alive = psutil.wait_procs(helpers, timeout=30)
+    assert not alive, f"outlived the CLI: {[p.cmdline() for p in alive]}"
+    wait_for(lambda: not any(scratch.iterdir()), f"no temporary files in {scratch}", timeout=30)
     runs = store.load_runs(results_dir)
     assert list(runs.workload) == ["fault-ok"] and list(runs.status) == ["ok"]
-    leftover = subprocess.run(["pgrep", "-f", "tpubench.worker"], capture_output=True, text=True).stdout
-    assert not leftover.strip()
 
 
 def test_repeated_run_calls_continue_one_invocation(fault_workloads: None, results_dir: Path) -> None:
@@ -102,3 +109,12 @@ def test_repeated_run_calls_continue_one_invocation(fault_workloads: None, resul
     runs = store.load_runs(results_dir)
     assert len(runs) == 2 and runs.invocation_id.nunique() == 1
     assert len(list(results_dir.glob("runs/*/*.parquet"))) == 1
+
+
+def test_a_worker_that_hangs_after_its_result_keeps_its_row(fault_workloads: None, results_dir: Path) -> None:
+    """A worker stuck in teardown after sending its result: the row is ok, with a note, and
+    the worker is killed after the grace period rather than at the run's timeout."""
+    [row] = SuiteRunner(results_dir).run(specs_for(["fault-hang-at-exit"], timeout_s=120.0))
+    assert row["status"] == "ok"
+    assert "sent its result but had not exited" in row["warnings"]
+    assert row["finished_at"] - row["started_at"] < pd.Timedelta(seconds=60)

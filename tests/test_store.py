@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,23 +109,29 @@ WRITER = textwrap.dedent("""
     i = 0
     while True:
         writer.add({"run_id": f"r{i}", "status": "ok", "error": big, "stderr_tail": big})
+        print(i, flush=True)  # announces each completed write: the test kills in the next one
         i += 1
 """)
 
 
-def test_killing_a_writer_mid_write_leaves_no_corrupt_file(results_dir: Path) -> None:
-    """SIGKILL a process that rewrites its invocation file in a loop, at several moments."""
-    for delay in (0.5, 1.0, 1.7, 2.3):
-        process = subprocess.Popen([sys.executable, "-c", WRITER, str(results_dir)])
-        time.sleep(delay)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-        path = results_dir / "runs" / "date=2026-11-29" / "victim.parquet"
-        assert path.exists()
-        table = pq.read_table(path)  # never torn: raises if it were
-        assert table.num_rows >= 1
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no file may be reported unreadable
-            runs = store.load_runs(results_dir)
-        assert len(runs) == table.num_rows
-        assert len(pd.read_parquet(results_dir / "runs")) == table.num_rows  # pandas skips temp files too
+@pytest.mark.parametrize("writes_before_kill", [1, 2, 5, 9])
+def test_killing_a_writer_mid_write_leaves_no_corrupt_file(results_dir: Path, writes_before_kill: int) -> None:
+    """SIGKILL a process that rewrites its invocation file in a loop, right after its Nth write.
+
+    The kill lands while the writer is serialising or writing write N+1 (each takes tens
+    of ms: the rows carry 400 kB), so the old file must still be whole.
+    """
+    process = subprocess.Popen([sys.executable, "-c", WRITER, str(results_dir)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for _ in range(writes_before_kill):
+        assert process.stdout.readline(), "the writer died before its announced writes"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    path = results_dir / "runs" / "date=2026-11-29" / "victim.parquet"
+    table = pq.read_table(path)  # never torn: raises if it were
+    assert table.num_rows >= writes_before_kill
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no file may be reported unreadable
+        runs = store.load_runs(results_dir)
+    assert len(runs) == table.num_rows
+    assert len(pd.read_parquet(results_dir / "runs")) == table.num_rows  # pandas skips temp files too

@@ -6,9 +6,12 @@ valid choices and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -273,15 +276,18 @@ def run(
     if not chosen_backends:  # by default, only what this machine can run
         probes = runner.probe_all(list(BACKENDS))
         specs = [spec for spec in specs if probes[spec.backend]["backends"][spec.backend]["available"]]
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with (
+        _sigterm_as_interrupt() as received,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
         runner.observer = ProgressObserver(progress, len(specs))
         rows = runner.run(specs)
     if runner.resumed:
@@ -293,7 +299,24 @@ def run(
     console.print(f"results: {results}/runs (invocation {runner.invocation_id})")
     if runner.interrupted:
         console.print("interrupted: finished runs were saved")
-        raise typer.Exit(130)
+        raise typer.Exit(128 + (received[0] if received else signal.SIGINT))
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[list[int]]:
+    """SIGTERM (a cancelled CI job, ``kill``) stops a suite the way Ctrl-C does: the run in
+    flight is abandoned, finished runs are kept. Yields the signals received."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main() -> None:

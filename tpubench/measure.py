@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tpubench.backends import Backend
+from tpubench.hostload import HostLoad, HostLoadMeter
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
 from workloads import Instance
@@ -35,12 +36,14 @@ class StepRecord:
 @dataclass
 class Measurement:
     first_step_s: float
+    first_step_compiles: int | None  # 0: every graph of the first step came from a compile cache
     warmup_steps: int
     compile_count: int | None  # after warm-up: the graphs a settled run needs
     recompiles_after_warmup: int | None
     compile_s: float | None
     warmup_settled: bool
     records: list[StepRecord] = field(default_factory=list)
+    host_load: HostLoad | None = None  # what else the host did during the measured steps
 
     @property
     def measured_ms(self) -> list[float]:
@@ -155,18 +158,22 @@ def run_protocol(
         changed, previous = count != previous, count
     settled_count = previous
 
+    meter = HostLoadMeter()
     for i in range(spec.steps):
         on_phase("measure", i, spec.steps)
         timed("measure", warm + 1 + i)
+    host_load = meter.stop()
 
     final_count = backend.compile_count()
     recompiles = None if settled_count is None or final_count is None else final_count - settled_count
     return Measurement(
         first_step_s=first_step_s,
+        first_step_compiles=None if before is None or after_first is None else after_first - before,
         warmup_steps=warm,
         compile_count=settled_count,
         recompiles_after_warmup=recompiles,
         compile_s=backend.compile_seconds(),
         warmup_settled=not changed,
         records=records,
+        host_load=host_load,
     )

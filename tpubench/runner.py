@@ -20,12 +20,10 @@ from itertools import product
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
-
-from tpubench import store, verify
+from tpubench import devicelock, store, verify
 from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
-from tpubench.process import classify, run_worker, worker_env
+from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.spec import KEY_FIELDS, RunSpec
 from workloads import MODES, Workload, get_workload
 
@@ -112,7 +110,7 @@ def _check_context(workload: Workload, size: str, prompt: int, generated: int) -
 
 def probe(python: str, backends: list[str]) -> dict[str, Any]:
     """Ask ``python`` which of ``backends`` it can run; a failed probe marks them unavailable."""
-    env = worker_env({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    env = worker_env(DEFAULT_WORKER_ENV)
     try:
         outcome = run_worker({"kind": "probe", "backends": backends}, python=python, env=env, timeout_s=PROBE_TIMEOUT_S)
     except OSError as error:
@@ -162,11 +160,17 @@ class SuiteRunner:
             self._probes.update(dict.fromkeys(names, result))
         return {backend: self._probes[backend] for backend in backends}
 
+    def _resume_key(self, spec: RunSpec, fact: dict[str, Any]) -> tuple:
+        """What a stored ``ok`` row must match for ``--resume`` to skip ``spec``: the run's
+        identity, the environment, and the settings that shape the measurement."""
+        return (*spec.key(), fingerprint_hash(fact), spec.warmup, spec.steps, json.dumps(self.tags, sort_keys=True))
+
     def _already_done(self) -> set[tuple]:
         if not self.resume or not Path(self.results_dir).is_dir():
             return set()
         done = store.load_runs(self.results_dir, status="ok")
-        return set(done[[*KEY_FIELDS, "fingerprint"]].itertuples(index=False, name=None))
+        columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
+        return set(done[columns].itertuples(index=False, name=None))
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
         """Run ``specs`` in order and return their rows (also written to the store).
@@ -184,16 +188,16 @@ class SuiteRunner:
         rows: list[dict[str, Any]] = []
         for index, spec in enumerate(specs):
             fact = facts[spec.backend]
-            if (*spec.key(), fingerprint_hash(fact)) in done:
+            if self._resume_key(spec, fact) in done:
                 self.resumed.append(spec)
                 continue
             self.observer.on_start(index, len(specs), spec)
             try:
                 row, steps = self._run_one(spec, probes[spec.backend]["backends"][spec.backend], fact)
-            except KeyboardInterrupt:
+                self._writer.add(row, steps)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
                 self.interrupted = True
                 break
-            self._writer.add(row, steps)
             rows.append(row)
             self.observer.on_finish(spec, row)
         return rows
@@ -208,15 +212,19 @@ class SuiteRunner:
             profile_steps=0,
             compile_cache=None,
         )
+        import torch  # only --verify reads tensors in the parent
+
         found = {}
         with tempfile.TemporaryDirectory(prefix="tpubench-verify-") as scratch:
             for role, run in (("reference", reference), ("candidate", spec)):
                 path = os.path.join(scratch, f"{role}.pt")
+                backend = get_backend(run.backend)
                 outcome = run_worker(
                     {"kind": "verify", "spec": run.to_json(), "output": path},
                     python=self.python_for(run.backend),
-                    env=worker_env(get_backend(run.backend).worker_env),
+                    env=worker_env(backend.worker_env),
                     timeout_s=spec.timeout_s,
+                    fork=backend.forkable,
                 )
                 result = classify(outcome, spec.timeout_s)
                 if result["status"] != "ok":
@@ -241,19 +249,33 @@ class SuiteRunner:
         started_at = datetime.now(UTC)
         if spec.profile_steps:
             spec = replace(spec, trace_dir=str((Path(self.results_dir) / "traces" / spec.run_id).resolve()))
+        backend = get_backend(spec.backend)
         if not availability["available"]:
             result = {"status": "unavailable", "error": availability["reason"]}
         else:
-            outcome = run_worker(
-                {"kind": "run", "spec": spec.to_json()},
-                python=self.python_for(spec.backend),
-                env=worker_env(get_backend(spec.backend).worker_env),
-                timeout_s=spec.timeout_s,
-                on_event=lambda event: self.observer.on_event(spec, event),
-            )
-            result = classify(outcome, spec.timeout_s)
-            if spec.verify and result["status"] == "ok":
-                result.update(self._verify(spec))
+
+            def on_wait(message: str) -> None:
+                self.observer.on_event(spec, {"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
+
+            with devicelock.hold(backend.device_kind, on_wait) as waited:
+                started_at = datetime.now(UTC)
+                result = backend.run_on_device(  # a TPU waits for its chip, and retries once if busy
+                    lambda: classify(
+                        run_worker(
+                            {"kind": "run", "spec": spec.to_json()},
+                            python=self.python_for(spec.backend),
+                            env=worker_env(backend.worker_env),
+                            timeout_s=spec.timeout_s,
+                            on_event=lambda event: self.observer.on_event(spec, event),
+                            fork=backend.forkable,
+                        ),
+                        spec.timeout_s,
+                    ),
+                    on_wait,
+                )
+                if spec.verify and result["status"] == "ok":
+                    result.update(self._verify(spec))
+            result["device_wait_s"] = waited
         steps = [
             {"run_id": spec.run_id, "invocation_id": self.invocation_id, **step} for step in result.pop("steps", [])
         ]
@@ -261,6 +283,7 @@ class SuiteRunner:
             "run_id": spec.run_id,
             "invocation_id": self.invocation_id,
             "started_at": started_at,
+            "finished_at": datetime.now(UTC),
             "suite": spec.suite,
             "workload": spec.workload,
             "size": spec.size,

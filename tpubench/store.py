@@ -47,10 +47,14 @@ def write_atomic(table: pa.Table, path: Path) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, temporary)
-    with open(temporary, "rb+") as stream:
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
+    try:
+        pq.write_table(table, temporary)
+        with open(temporary, "rb+") as stream:
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:  # an error, Ctrl-C or SIGTERM mid-write: no debris (SIGKILL may leave it)
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def to_table(rows: list[dict[str, Any]], table: str) -> pa.Table:

@@ -1,19 +1,25 @@
 """The worker process: runs one probe or one measurement and reports over a pipe.
 
-Started by :mod:`tpubench.runner` as ``python -m tpubench.worker --channel-fd N`` with a
-JSON request on stdin. It writes JSON lines to file descriptor N: ``phase`` events while
-it works and one final ``result``. stdout and stderr are free for the libraries' own
-chatter; the parent keeps their tail for failed rows. A crash or hang here costs only
-this run.
+Started by :mod:`tpubench.process`, forked from the zygote (:func:`serve`) or as
+``python -m tpubench.worker --channel-fd N`` with a JSON request as the first line on
+stdin. It writes JSON lines to the channel: ``phase`` events while it works and one final
+``result``. stdout and stderr are free for the libraries' own chatter; the parent keeps
+their tail for failed rows. A crash or hang here costs only this run, and the worker dies
+with its parent: when the lifeline (stdin, or a pipe from the zygote) reaches end of
+file, it kills its own children, removes its scratch folder and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -21,10 +27,12 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
 from tpubench import TpubenchWarning, peaks, verify
 from tpubench.backends import BACKENDS, Backend, get_backend
+from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
@@ -153,6 +161,7 @@ def timing_columns(measured: Measurement) -> dict[str, Any]:
     """Step-time statistics of the measured steps, and how compilation and warm-up went."""
     return {
         "first_step_s": measured.first_step_s,
+        "first_step_compiles": measured.first_step_compiles,
         "warmup_steps": measured.warmup_steps,
         "measured_steps": len(measured.measured_ms),
         "compile_count": measured.compile_count,
@@ -160,6 +169,8 @@ def timing_columns(measured: Measurement) -> dict[str, Any]:
         "recompiles_after_warmup": measured.recompiles_after_warmup,
         **summarize(measured.measured_ms).as_columns("step", "ms"),
         "median_host_ms": float(np.median(measured.measured_host_ms)),
+        "host_load_1m": measured.host_load.load_1m if measured.host_load else None,
+        "host_other_cpu_share": measured.host_load.other_cpu_share if measured.host_load else None,
     }
 
 
@@ -198,6 +209,8 @@ def run_notes(caught: list[warnings.WarningMessage], measured: Measurement) -> s
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, TpubenchWarning)))
     if not measured.warmup_settled:
         notes.append(f"compile count still changing after {measured.warmup_steps} warm-up steps")
+    if measured.host_load and (busy := busy_warning(measured.host_load)):
+        notes.append(busy)
     return "\n".join(notes) or None
 
 
@@ -270,12 +283,29 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
     return {"status": "ok"}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--channel-fd", type=int, required=True)
-    args = parser.parse_args()
-    channel = Channel(args.channel_fd)
-    request = json.load(sys.stdin)
+def watch_parent(lifeline_fd: int, scratch: str | None) -> None:
+    """Die with the parent: when ``lifeline_fd`` reaches end of file (the parent exited or was
+    killed, so nobody will read this run), kill this worker's children, remove its scratch
+    folder and exit. A daemon thread, so a step busy in native code does not delay it."""
+
+    def wait_for_eof() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(lifeline_fd, 4096):
+                pass
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait_for_eof, name="tpubench-lifeline", daemon=True).start()
+
+
+def serve(request: dict[str, Any], channel_fd: int, lifeline_fd: int, scratch: str | None = None) -> None:
+    """Carry out one request (a probe, a run or a --verify output) and send its result."""
+    watch_parent(lifeline_fd, scratch)
+    channel = Channel(channel_fd)
     if request["kind"] == "probe":
         channel.send("result", result=probe(request.get("backends") or list(BACKENDS)))
         return
@@ -292,6 +322,15 @@ def main() -> None:
         result = {"status": status, "error": f"{type(error).__name__}: {error}"}
     result["worker_wall_s"] = time.perf_counter() - started
     channel.send("result", result=result)
+
+
+def main() -> None:
+    """A fresh interpreter's worker: the request is stdin's first line, then stdin is the lifeline."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--channel-fd", type=int, required=True)
+    args = parser.parse_args()
+    request = json.loads(sys.stdin.buffer.readline())
+    serve(request, args.channel_fd, sys.stdin.fileno(), request.get("scratch"))
 
 
 if __name__ == "__main__":

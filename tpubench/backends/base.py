@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+from tpubench.process import DEFAULT_WORKER_ENV
 from tpubench.spec import RunSpec
 
 
@@ -59,14 +60,25 @@ class Backend(ABC):
     """One way of running a model: a device plus an execution mode (eager or compiled)."""
 
     name: str
-    device_kind: str  # "cpu", "cuda" or "tpu": selects the workload's default shapes
+    device_kind: str  # "cpu", "cuda" or "tpu": selects the default shapes and the device lock
     description: str
+    #: whether workers may be forked from the zygote, which has imported torch with this
+    #: backend's environment; False where importing torch brings a device runtime up
+    forkable: bool = True
 
     @property
     def worker_env(self) -> dict[str, str]:
         """Variables set in this backend's worker before Python starts. Non-TPU workers turn
         off torch's device-backend autoload so an installed TPU plugin cannot alter them."""
-        return {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+        return dict(DEFAULT_WORKER_ENV)
+
+    def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:
+        """In the parent: start this backend's worker (``start`` returns its row fields).
+
+        A device that stays held for a while after its last user exits (a TPU chip) waits
+        and retries here, telling ``on_wait`` why; others just start.
+        """
+        return start()
 
     @abstractmethod
     def availability(self) -> Availability:

@@ -1,0 +1,49 @@
+"""One run per device at a time, across every tpubench process on the host.
+
+Two suites started side by side on one machine used to share its CPU and store
+contended times as ``ok``. Before a worker starts, the runner takes an exclusive
+``flock`` on the device's lock file and holds it until the worker has exited; a second
+invocation waits its turn (and says so), and the row records how long it waited. The
+lock dies with the process that holds it, so a killed suite never leaves a device locked.
+
+Lock files live in ``TPUBENCH_LOCK_DIR`` (default ``~/.cache/tpubench/locks``); they are
+kept between runs, like any lock file, and hold the pid of the current holder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("TPUBENCH_LOCK_DIR") or Path.home() / ".cache" / "tpubench" / "locks")
+
+
+@contextlib.contextmanager
+def hold(device: str, on_wait: Callable[[str], None] = lambda message: None) -> Iterator[float]:
+    """Hold ``device``'s lock for the ``with`` block; yields the seconds spent waiting for it.
+
+    ``on_wait`` hears one message when the device is busy, before the wait begins.
+    """
+    directory = lock_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / f"{device}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        started = time.perf_counter()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            on_wait(f"waiting for the {device}: another tpubench run (pid {holder}) is using it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        waited = time.perf_counter() - started
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield waited
+    finally:
+        os.close(fd)

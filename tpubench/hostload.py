@@ -1,0 +1,62 @@
+"""How busy the host was while a run was measured, so contention never passes as a result.
+
+Two benchmarks on one machine slow each other down (two CPU suites at once measured
+gpt2 infer 60 times slower), and nothing in the step times says so. The runner serialises
+runs per device (:mod:`tpubench.devicelock`), but other programs still compete; this
+module measures them: the share of the host's CPU time that processes other than this
+worker (and its children) used during the measured steps, from ``/proc/stat``-style
+system counters and the worker's own CPU times.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+#: above this share of all CPUs used by other processes, a run's row gets a warning
+BUSY_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    load_1m: float  # the 1-minute load average when measuring began
+    other_cpu_share: float  # other processes' CPU time / (wall time x CPUs), 0..1
+
+
+def _busy_seconds() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "guest", 0.0)
+
+
+def _own_seconds() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+class HostLoadMeter:
+    """Start before the measured steps, :meth:`stop` after them."""
+
+    def __init__(self) -> None:
+        self._load = os.getloadavg()[0]
+        self._wall = time.perf_counter()
+        self._busy = _busy_seconds()
+        self._own = _own_seconds()
+
+    def stop(self) -> HostLoad:
+        wall = time.perf_counter() - self._wall
+        others = (_busy_seconds() - self._busy) - (_own_seconds() - self._own)
+        capacity = max(wall, 1e-9) * (psutil.cpu_count() or 1)
+        return HostLoad(load_1m=self._load, other_cpu_share=min(max(others / capacity, 0.0), 1.0))
+
+
+def busy_warning(load: HostLoad) -> str | None:
+    """The row's warning when other processes competed for the CPUs while measuring."""
+    if load.other_cpu_share <= BUSY_SHARE:
+        return None
+    return (
+        f"host busy: other processes used {100 * load.other_cpu_share:.0f}% of the CPUs while this run was "
+        f"measured (load average {load.load_1m:.1f}); its step times may be inflated"
+    )
