@@ -99,3 +99,9 @@ def test_train_step_updates_the_weights_and_infer_does_not() -> None:
     assert torch.equal(before, instance.model.lm_head.weight)
     make_step(instance, instance.model, "train")()
     assert not torch.equal(before, instance.model.lm_head.weight)
+
+
+def test_first_step_compiles_tells_a_warm_first_step_from_a_cold_one() -> None:
+    cold = run_protocol(spec(), ScriptedCompiles([0, 3, 3, 3, 3]), lambda: None)
+    warm = run_protocol(spec(), ScriptedCompiles([2]), lambda: None)  # graphs already there: a cache served them
+    assert (cold.first_step_compiles, warm.first_step_compiles) == (3, 0)

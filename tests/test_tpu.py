@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, tpubench
 
-from tpubench.backends.tpu import tpu_chips
+from tpubench.backends.tpu import find_tcmalloc, tpu_pci_devices
 from tpubench.runner import SuiteRunner, plan
 
 pytestmark = [
     # find_spec, not importorskip: importing torch_tpu would change this process's torch
     pytest.mark.skipif(importlib.util.find_spec("torch_tpu") is None, reason="install the [tpu] extra"),
-    pytest.mark.skipif(bool(tpu_chips()), reason="these tests are about a host without a TPU chip"),
+    pytest.mark.skipif(bool(tpu_pci_devices()), reason="these tests are about a host without a TPU chip"),
 ]
 
 
@@ -64,6 +64,21 @@ def test_tpu_rows_are_unavailable_and_the_suite_goes_on(results_dir: Path) -> No
     runs = store.load_runs(results_dir).set_index("backend")
     assert runs.loc["tpu", "status"] == "unavailable" and runs.loc["tpu", "error"] == "no TPU chip on this host"
     assert runs.loc["cpu", "status"] == "ok"
+
+
+def test_tpu_rows_record_the_chip_pinning_and_the_allocator_preload(
+    results_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the row's ``env`` fingerprint, from the worker environment the parent builds."""
+    monkeypatch.delenv("TPU_VISIBLE_CHIPS", raising=False)
+    [row] = SuiteRunner(results_dir).run(plan(["gpt2"], backends=["tpu"], modes=["infer"], steps=1))
+    env = json.loads(row["env"])
+    assert {k: env[k] for k in ("TPU_VISIBLE_CHIPS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_BOUNDS")} == {
+        "TPU_VISIBLE_CHIPS": "0",
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_BOUNDS": "1,1,1",
+    }
+    assert (find_tcmalloc() or "no tcmalloc") in env.get("LD_PRELOAD", "no tcmalloc")
 
 
 def test_forcing_the_runtime_without_a_chip_is_a_crashed_row(fault_workloads: None, results_dir: Path) -> None:

@@ -18,8 +18,10 @@ from pathlib import Path
 from tpubench import __version__
 
 #: Variables that change what a run measures: XLA/PJRT/TPU runtime flags, threading,
-#: compiler and allocator settings, device visibility.
+#: compiler and allocator settings (LD_PRELOAD: tcmalloc for TorchTPU), device visibility.
 PERF_ENV_PREFIXES = (
+    "LD_PRELOAD",
+    "TCMALLOC_",
     "XLA_",
     "PJRT_",
     "LIBTPU_",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,7 +24,14 @@ from torch import nn
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.backends.cpu import CpuBackend
-from tpubench.backends.tpu import google_pci_devices
+from tpubench.backends.tpu import (
+    google_pci_devices,
+    pci_device_id,
+    pin_env,
+    pinned_groups,
+    run_when_chip_free,
+    tpu_pci_devices,
+)
 from tpubench.spec import RunSpec
 
 #: metrics counters reported per run, and the columns they become
@@ -33,20 +41,43 @@ CACHE_COUNTERS = {
     "compile_cache_load_failures": "PersistentCacheDeserializeFailure",
 }
 
+#: the PCI device ids torch_xla 2.9 takes for TPU chips (``torch_xla._internal.tpu._TPU_PCI_DEVICE_IDS``):
+#: v2/v3, v4, v5e, v6e, two test parts (0x0062 is v5p) and v7. Google's gVNIC (0x0042) is not one.
+XLA_TPU_PCI_DEVICE_IDS = frozenset({"0x0027", "0x005e", "0x0063", "0x006f", "0x0056", "0x0062", "0x0076"})
 
-def _pjrt_device() -> str:
-    """PJRT_DEVICE, or what torch_xla picks when it is unset: TPU where a chip is, else CPU."""
-    return os.environ.get("PJRT_DEVICE", "TPU" if google_pci_devices() else "CPU").upper()
+
+def _pjrt_device(root: Path = Path("/")) -> str:
+    """PJRT_DEVICE, or what torch_xla picks when it is unset: TPU where a TPU chip is on the PCI
+    bus (``tpu.num_available_chips``: Google's vendor id and a TPU device id), else CPU."""
+    if "PJRT_DEVICE" in os.environ:
+        return os.environ["PJRT_DEVICE"].upper()
+    chips = [d for d in google_pci_devices(root) if pci_device_id(d) in XLA_TPU_PCI_DEVICE_IDS]
+    return "TPU" if chips else "CPU"
 
 
 class XlaBackend(Backend):
     name = "xla"
     description = "PyTorch/XLA lazy tensors on the PJRT device (PJRT_DEVICE: TPU, CPU or CUDA)"
 
+    root = Path("/")  # where the PCI bus and /dev/vfio are read: a fake sysfs in the tests
+
     @property
     def device_kind(self) -> str:  # type: ignore[override]
         """Default shapes follow the PJRT device: CPU-sized on PJRT_DEVICE=CPU."""
-        return {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}.get(_pjrt_device(), "tpu")
+        return {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}.get(_pjrt_device(self.root), "tpu")
+
+    @property
+    def worker_env(self) -> dict[str, str]:  # type: ignore[override]
+        """On a TPU, one chip per run, as for TorchTPU (:func:`tpu.pin_env`)."""
+        pinned = pin_env(os.environ) if _pjrt_device(self.root) == "TPU" else {}
+        return {**super().worker_env, **pinned}
+
+    def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:
+        """On a TPU, start the worker once its chip can be opened, and once more if it found it busy."""
+        if _pjrt_device(self.root) != "TPU":
+            return start()
+        groups = pinned_groups(tpu_pci_devices(self.root), self.worker_env["TPU_VISIBLE_CHIPS"])
+        return run_when_chip_free(groups, start, on_wait)
 
     def availability(self) -> Availability:
         try:
