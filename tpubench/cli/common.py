@@ -1,0 +1,86 @@
+"""What every ``tpubench`` command shares: the app, the console, and the input checks.
+
+Bad input (an unknown name, a nonsense number) raises :class:`BadInput`, which
+:func:`tpubench.cli.main` prints as one ``error:`` line with exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from typer.exceptions import TyperException
+
+from tpubench.backends import BACKENDS
+from workloads import Workload, registry, suites
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Benchmark the same PyTorch models on CPU, GPU and TPU backends.",
+)
+# Piped output (CI logs, README examples) is not squeezed into 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+class BadInput(TyperException):
+    """Raised for user input we reject; printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+def choose(kind: str, wanted: list[str] | None, valid: list[str]) -> list[str]:
+    for name in wanted or []:
+        if name not in valid:
+            raise BadInput(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+    return list(dict.fromkeys(wanted)) if wanted else []
+
+
+def key_values(option: str, pairs: list[str] | None) -> dict[str, str]:
+    parsed = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadInput(f"{option} expects KEY=VALUE, got {pair!r}")
+        parsed[key] = value
+    return parsed
+
+
+def pythons(pairs: list[str] | None) -> dict[str, str]:
+    pythons = key_values("--python", pairs)
+    choose("backend", list(pythons), list(BACKENDS))
+    return pythons
+
+
+def int_list(option: str, text: str | None) -> list[int] | None:
+    """``"1,8,32"`` as ``[1, 8, 32]`` (a sweep); anything but positive integers is a BadInput."""
+    if text is None:
+        return None
+    values = [part.strip() for part in text.split(",")]
+    if not all(value.isdigit() and int(value) > 0 for value in values):
+        raise BadInput(f"{option} expects positive integers separated by commas, got {text!r}")
+    return list(dict.fromkeys(int(value) for value in values))
+
+
+def writable_dir(option: str, path: Path) -> Path:
+    """``path`` made absolute, created if missing; a BadInput if it cannot be written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BadInput(f"{option} {path}: cannot create it ({error.strerror})") from error
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BadInput(f"{option} {path}: directory is not writable")
+    return path.resolve()
+
+
+def select_workloads(suite: str | None, names: list[str] | None) -> list[Workload]:
+    known, grouped = registry(), suites()
+    if suite is not None and suite not in grouped:
+        raise BadInput(f"unknown suite {suite!r}; valid: {', '.join(grouped)}")
+    pool = grouped[suite] if suite else list(known)
+    chosen = choose("workload", names, pool) or pool
+    return [known[name] for name in chosen]

@@ -1,0 +1,174 @@
+"""``tpubench run``: plan the runs, run each in its worker, store and summarise them."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from tpubench import report
+from tpubench.backends import BACKENDS
+from tpubench.backends.tpu import EAGER_MODES
+from tpubench.cli.common import (
+    BadInput,
+    app,
+    choose,
+    console,
+    int_list,
+    key_values,
+    pythons,
+    select_workloads,
+    writable_dir,
+)
+from tpubench.runner import SuiteRunner, plan
+from tpubench.spec import DTYPES, RunSpec
+from tpubench.store import DEFAULT_RESULTS_DIR
+from workloads import GENERATION_MODES, MODES
+
+
+class ProgressObserver:
+    """Overall progress plus the current run's phase (compile, warm-up, measure)."""
+
+    def __init__(self, progress: Progress, total: int):
+        self.progress = progress
+        self.overall = progress.add_task("suite", total=total)
+        self.current = progress.add_task("", total=None)
+
+    def on_start(self, index: int, total: int, spec: RunSpec) -> None:
+        self.progress.update(self.current, description=f"{spec.label()}: starting", completed=0, total=None)
+
+    def on_event(self, spec: RunSpec, event: dict[str, Any]) -> None:
+        phase, step, of = event["phase"], event["step"], event["of"]
+        label = {"build": "building", "compile": "first step (compile)", "warmup": "warm-up", "measure": "measure"}.get(
+            phase, phase
+        )
+        self.progress.update(self.current, description=f"{spec.label()}: {label}", completed=step, total=of)
+
+    def on_finish(self, spec: RunSpec, row: dict[str, Any]) -> None:
+        self.progress.advance(self.overall)
+        self.progress.console.print(
+            f"  {spec.label()}: {row['status']}"
+            + (f"  median {row['median_step_ms']:.2f} ms" if row["status"] == "ok" else "")
+        )
+
+
+@app.command("run")
+def run(
+    suite: Annotated[str | None, typer.Option(help="Suite to run (default: every workload).")] = None,
+    workload: Annotated[list[str] | None, typer.Option(help="Workload name; repeatable.")] = None,
+    backend: Annotated[list[str] | None, typer.Option(help="Backend; repeatable (default: all available).")] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option(help="train, infer, prefill or decode; repeatable (default: train, infer).")
+    ] = None,
+    size: Annotated[list[str] | None, typer.Option(help="Size name; repeatable (default: each workload's).")] = None,
+    batch_size: Annotated[
+        str | None, typer.Option(help="Batch size(s), e.g. 8 or 1,8,32 (default: per device).")
+    ] = None,
+    seq_len: Annotated[str | None, typer.Option(help="Sequence length(s); for prefill/decode the prompt.")] = None,
+    prompt_len: Annotated[str | None, typer.Option(help="Prompt length(s) for prefill/decode (= --seq-len).")] = None,
+    gen_len: Annotated[str | None, typer.Option(help="Output tokens per sequence for decode, e.g. 128.")] = None,
+    dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
+    warmup: Annotated[int, typer.Option(min=0, help="Minimum warm-up steps (more while compiling).")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Measured steps per run.")] = 10,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds before a run's worker is killed.")] = 600.0,
+    results: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_RESULTS_DIR,
+    tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,
+    python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
+    resume: Annotated[bool, typer.Option(help="Skip runs with an ok row and the same fingerprint.")] = False,
+    profile: Annotated[bool, typer.Option(help="Trace extra steps after the measured ones.")] = False,
+    profile_steps: Annotated[int, typer.Option(min=1, help="Steps traced with --profile.")] = 3,
+    compile_cache: Annotated[
+        Path | None,
+        typer.Option(help="Shared compilation cache (DIR/xla, DIR/inductor); default: a fresh, cold one per run."),
+    ] = None,
+    verify: Annotated[bool, typer.Option(help="Compare outputs with a CPU float32 reference.")] = False,
+    tpu_eager_mode: Annotated[
+        str | None, typer.Option(help=f"TorchTPU eager mode for tpu backends: {' or '.join(EAGER_MODES)}.")
+    ] = None,
+) -> None:
+    """Run workloads on backends, each run in its own worker, and store the results as parquet."""
+    chosen_workloads = select_workloads(suite, workload)
+    chosen_backends = choose("backend", backend, list(BACKENDS))
+    chosen_modes = choose("mode", mode, list(MODES + GENERATION_MODES))
+    choose("dtype", [dtype], list(DTYPES))
+    if tpu_eager_mode is not None:
+        choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
+    all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
+    chosen_sizes = choose("size", size, all_sizes)
+    if compile_cache is not None:
+        compile_cache = writable_dir("--compile-cache", compile_cache)
+    if seq_len is not None and prompt_len is not None:
+        raise BadInput("--seq-len and --prompt-len are the same setting; give one")
+    batch_sizes = int_list("--batch-size", batch_size)
+    seq_lens = int_list("--prompt-len" if prompt_len else "--seq-len", prompt_len or seq_len)
+    gen_lens = int_list("--gen-len", gen_len)
+    try:
+        specs = plan(
+            chosen_workloads,
+            sizes=chosen_sizes,
+            backends=chosen_backends or list(BACKENDS),
+            modes=chosen_modes,
+            dtype=dtype,
+            batch_size=batch_sizes,
+            seq_len=seq_lens,
+            gen_len=gen_lens,
+            warmup=warmup,
+            steps=steps,
+            timeout_s=timeout,
+            profile_steps=profile_steps if profile else 0,
+            compile_cache=str(compile_cache) if compile_cache else None,
+            tpu_eager_mode=tpu_eager_mode,
+            verify=verify,
+        )
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+    runner = SuiteRunner(results_dir=results, pythons=pythons(python), tags=key_values("--tag", tag), resume=resume)
+    if not chosen_backends:  # by default, only what this machine can run
+        probes = runner.probe_all(list(BACKENDS))
+        specs = [spec for spec in specs if probes[spec.backend]["backends"][spec.backend]["available"]]
+    with (
+        _sigterm_as_interrupt() as received,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
+        runner.observer = ProgressObserver(progress, len(specs))
+        rows = runner.run(specs)
+    if runner.resumed:
+        console.print(f"--resume: skipped {len(runner.resumed)} run(s) already stored with this fingerprint")
+    if rows:
+        console.print(report.summary_table(rows))
+    for line in report.notes(rows):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"results: {results}/runs (invocation {runner.invocation_id})")
+    if runner.interrupted:
+        console.print("interrupted: finished runs were saved")
+        raise typer.Exit(128 + (received[0] if received else signal.SIGINT))
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[list[int]]:
+    """SIGTERM (a cancelled CI job, ``kill``) stops a suite the way Ctrl-C does: the run in
+    flight is abandoned, finished runs are kept. Yields the signals received."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
