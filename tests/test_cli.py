@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
 from helpers import ROOT, command, tpubench
 
 from tpubench import store
+from tpubench.cli.run import left_out
+from workloads import get_workload
 
 
 def test_list_json_describes_every_workload() -> None:
@@ -61,6 +69,11 @@ def test_python_m_tpubench_is_the_same_command() -> None:
         (["run", "--batch-size", "1,8,x"], "--batch-size expects positive integers separated by commas"),
         (["run", "--gen-len", "12,,3"], "--gen-len expects positive integers"),
         (["run", "--mode", "decode", "--prompt-len", "1000", "--gen-len", "100"], "exceeds gpt2/tiny's context"),
+        (["run", "--results", ""], "--results needs a directory"),
+        (["run", "--results", "/proc/tpubench"], "--results /proc/tpubench: cannot write there"),
+        (["run", "--python", "xla=/nonexistent/python"], "--python xla=/nonexistent/python: no such executable"),
+        (["run", "--gen-len", "64"], "--gen-len applies to decode runs only; add --mode decode"),
+        (["run", "--size", "tiny,70b"], "unknown size '70b'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:
@@ -116,9 +129,11 @@ def test_resume_skips_runs_already_stored_with_the_same_fingerprint(results_dir:
     again = tpubench(*args, "--resume")
     assert again.returncode == 0 and "skipped 1 run" in again.stdout
     assert len(store.load_runs(results_dir)) == 1
-    other_shape = tpubench(*args, "--resume", "--batch-size", "2")
-    assert other_shape.returncode == 0
-    assert len(store.load_runs(results_dir)) == 2
+    # a resumed run must match what is asked: shape, measured steps, warm-up and tags
+    for n, changed in enumerate(["--batch-size 2", "--steps 3", "--warmup 1", "--tag night=1"], start=2):
+        other = tpubench(*args, "--resume", *changed.split())
+        assert other.returncode == 0 and "skipped" not in other.stdout, changed
+        assert len(store.load_runs(results_dir)) == n
 
 
 def test_oversized_run_is_skipped_with_its_estimate(results_dir: Path) -> None:
@@ -152,3 +167,108 @@ def test_two_suites_writing_to_one_directory_lose_nothing(fault_workloads: None,
     runs = store.load_runs(results_dir)
     assert len(runs) == 4  # --workload fault-ok twice is one workload: 2 runs per suite
     assert runs.invocation_id.nunique() == 2 and set(runs.status) == {"ok"}
+
+
+def test_a_results_path_that_is_a_file_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    path = tmp_path / "results.txt"
+    path.write_text("not a directory")
+    result = tpubench("run --workload gpt2 --backend cpu --mode infer --results", str(path))
+    assert result.returncode == 2 and result.stderr.strip() == f"error: --results {path}: not a directory"
+    assert "Traceback" not in result.stdout + result.stderr and path.read_text() == "not a directory"
+
+
+def test_an_immutable_results_directory_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Root passes every permission check, so only a real write finds an immutable folder."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not possible on this file system")
+    try:
+        result = tpubench("run --workload gpt2 --backend cpu --mode infer --results", str(folder))
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.startswith(f"error: --results {folder}: cannot write there")
+
+
+def test_size_lists_sweep_and_workloads_without_a_size_are_named(results_dir: Path) -> None:
+    result = tpubench(
+        "run --suite llm --size tiny,124m --backend cpu --mode infer --steps 1 --warmup 0 --results",
+        str(results_dir),
+        env={"COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "note: llama3 has no size 124m" in result.stdout
+    runs = store.load_runs(results_dir)
+    assert sorted(zip(runs.workload, runs["size"], strict=True)) == [
+        ("gpt2", "124m"),
+        ("gpt2", "tiny"),
+        ("llama3", "tiny"),
+    ]
+
+
+def test_a_workload_with_none_of_the_sizes_is_left_out_with_a_note() -> None:
+    notes = left_out([get_workload("gpt2"), get_workload("llama3")], ["124m"], [])
+    assert notes == [
+        "note: llama3 has no size 124m (sizes tiny, 1b, 3b, 8b; modes train, infer, prefill, decode): left out"
+    ]
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def run_in_terminal(line: str, columns: int) -> str:
+    """Run the CLI in a real pseudo-terminal ``columns`` wide; its screen output, escapes removed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of the given size (fd 1 is the terminal), then the CLI
+        try:
+            fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+            os.chdir(ROOT)
+            os.execv(sys.executable, command(line))
+        finally:
+            os._exit(127)  # never back into pytest
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_summary_fits_the_terminal(results_dir: Path, columns: int) -> None:
+    screen = run_in_terminal(
+        f"run --workload gpt2 --size tiny --backend cpu --mode infer --steps 3 --warmup 1 --results {results_dir}",
+        columns,
+    )
+    table = screen[screen.index("tpubench results") :]
+    lines = [line for raw in table.splitlines() for line in raw.split("\r")]
+    assert all(len(line) <= columns for line in lines), max(lines, key=len)
+    assert "…" not in table  # nothing cut to fit
+    assert "median ms" in table and "gpt2/tiny" in table and "4x128" in table
+    if columns == 80:
+        assert "not shown at 80 columns" in table and "--wide" in table
+
+
+def test_wide_and_json_give_every_column(results_dir: Path) -> None:
+    args = f"run --workload gpt2 --size tiny --backend cpu --mode infer --steps 2 --warmup 1 --results {results_dir}"
+    wide = tpubench(f"{args} --wide", env={"COLUMNS": "80"})
+    assert wide.returncode == 0 and "p90 ms" in wide.stdout and "peak mem" in wide.stdout
+    assert "not shown" not in wide.stdout
+    as_json = tpubench(f"{args} --json")
+    assert as_json.returncode == 0, as_json.stderr
+    [row] = json.loads(as_json.stdout)  # stdout holds the JSON only; progress went to stderr
+    assert row["status"] == "ok" and row["median_step_ms"] > 0 and "host_other_cpu_share" in row
+
+
+def test_env_reads_at_80_columns() -> None:
+    screen = run_in_terminal("env", 80)
+    lines = [line for raw in screen.splitlines() for line in raw.split("\r")]
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "…" not in screen and "cpu-compile" in screen and "tpu-compile" in screen

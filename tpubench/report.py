@@ -1,10 +1,21 @@
-"""Terminal rendering of runs: the summary table and the notes that need a reader's eye."""
+"""Terminal rendering of runs: a summary that fits the terminal, and the notes that need a reader's eye.
+
+A row has some forty figures and a terminal is 80 to 200 columns wide, so the summary
+shows only the columns that say something for the rows at hand (no TTFT column for a
+train-only suite, no MFU column when no device has a peak) and, if the terminal is still
+too narrow, leaves out the least important ones and says which: ``--wide`` shows them all,
+``--json`` gives every column of every row.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -23,51 +34,83 @@ def _bytes(value: Any) -> str:
     return f"{value / 2**20:,.0f} MiB"
 
 
-def summary_table(rows: Sequence[dict[str, Any]]) -> Table:
-    table = Table(title="tpubench results", show_lines=False)
-    for header in ("workload", "size", "backend", "mode", "shape", "status"):
-        table.add_column(header)
-    headers = (
-        "median ms",
-        "p90 ms",
-        "samples/s",
-        "tokens/s",
-        "TTFT ms",
-        "TPOT ms",
-        "MFU",
-        "first step s",
-        "compile s",
-        "peak mem",
+def _percent(value: Any) -> str:
+    return "-" if value is None or value != value else f"{100 * value:.1f}%"
+
+
+def _shape(row: dict[str, Any]) -> str:
+    return f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
+
+
+def _status(row: dict[str, Any]) -> Text:
+    status = row["status"]
+    return Text(
+        status + (", verified" if row.get("verified") == "match" else ""), style=STATUS_STYLE.get(status, "bold red")
     )
-    for header in headers:
-        table.add_column(header, justify="right")
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    cell: Callable[[dict[str, Any]], str | Text]
+    keep: int  # the narrower the terminal, the lower ``keep`` goes first; identity columns never
+    numeric: bool = True
+
+
+#: in display order; ``keep`` ranks what stays when the terminal is narrow
+COLUMNS = (
+    Column("workload", lambda r: f"{r['workload']}/{r['size']}", 100, numeric=False),
+    Column("backend", lambda r: r["backend"], 100, numeric=False),
+    Column("mode", lambda r: r["mode"], 100, numeric=False),
+    Column("shape", _shape, 100, numeric=False),
+    Column("status", _status, 100, numeric=False),
+    Column("median ms", lambda r: _number(r.get("median_step_ms")), 90),
+    Column("p90 ms", lambda r: _number(r.get("p90_step_ms")), 20),
+    Column("samples/s", lambda r: _number(r.get("samples_per_s"), 1), 30),
+    Column("tokens/s", lambda r: _number(r.get("tokens_per_s"), 0), 60),
+    Column("TTFT ms", lambda r: _number(r.get("ttft_p50_ms")), 80),
+    Column("TPOT ms", lambda r: _number(r.get("tpot_p50_ms")), 80),
+    Column("MFU", lambda r: _percent(r.get("mfu")), 70),
+    Column("first step s", lambda r: _number(r.get("first_step_s")), 50),
+    Column("compile s", lambda r: _number(r.get("compile_s")), 40),
+    Column("peak mem", lambda r: _bytes(r.get("peak_mem_bytes")), 10),
+)
+ALWAYS = 100
+
+
+def _sorted(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     order = ("workload", "size", "backend", "mode", "batch_size", "seq_len", "gen_len")
-    for row in sorted(rows, key=lambda r: tuple(r.get(key) or 0 for key in order)):  # sweeps grouped
-        status = row["status"]
-        mfu = row.get("mfu")
-        shape = f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
-        table.add_row(
-            row["workload"],
-            row["size"],
-            row["backend"],
-            row["mode"],
-            shape,
-            Text(
-                status + (", verified" if row.get("verified") == "match" else ""),
-                style=STATUS_STYLE.get(status, "bold red"),
-            ),
-            _number(row.get("median_step_ms")),
-            _number(row.get("p90_step_ms")),
-            _number(row.get("samples_per_s"), 1),
-            _number(row.get("tokens_per_s"), 0),
-            _number(row.get("ttft_p50_ms")),
-            _number(row.get("tpot_p50_ms")),
-            "-" if mfu is None else f"{100 * mfu:.1f}%",
-            _number(row.get("first_step_s")),
-            _number(row.get("compile_s")),
-            _bytes(row.get("peak_mem_bytes")),
-        )
+    return sorted(rows, key=lambda r: tuple(r.get(key) or 0 for key in order))  # sweeps grouped
+
+
+def _table(rows: list[dict[str, Any]], columns: list[Column]) -> Table:
+    table = Table(title="tpubench results", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in columns:
+        table.add_column(column.header, justify="right" if column.numeric else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(column.cell(row) for column in columns))
     return table
+
+
+def summary_table(
+    rows: Sequence[dict[str, Any]], width: int | None = None, console: Console | None = None
+) -> tuple[Table, list[str]]:
+    """The summary of ``rows`` and the headers left out to fit ``width`` columns (None: all).
+
+    Columns empty for every row (``-``) are never shown.
+    """
+    ordered = _sorted(rows)
+    columns = [c for c in COLUMNS if c.keep == ALWAYS or any(c.cell(row) != "-" for row in ordered)]
+    hidden: list[str] = []
+    if width is not None:
+        console = console or Console(width=width)
+        for column in sorted(columns, key=lambda c: c.keep):
+            needed = Measurement.get(console, console.options.update(width=10_000), _table(ordered, columns)).maximum
+            if needed <= width or column.keep == ALWAYS:
+                break
+            columns.remove(column)
+            hidden.append(column.header)
+    return _table(ordered, columns), hidden
 
 
 def notes(rows: Sequence[dict[str, Any]]) -> list[str]:

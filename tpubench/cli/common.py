@@ -6,8 +6,9 @@ Bad input (an unknown name, a nonsense number) raises :class:`BadInput`, which
 
 from __future__ import annotations
 
-import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import typer
@@ -51,8 +52,14 @@ def key_values(option: str, pairs: list[str] | None) -> dict[str, str]:
 
 
 def pythons(pairs: list[str] | None) -> dict[str, str]:
+    """``--python BACKEND=INTERPRETER`` pairs; the interpreter must exist and run."""
     pythons = key_values("--python", pairs)
     choose("backend", list(pythons), list(BACKENDS))
+    for backend, interpreter in pythons.items():
+        found = shutil.which(interpreter)
+        if found is None:
+            raise BadInput(f"--python {backend}={interpreter}: no such executable")
+        pythons[backend] = found
     return pythons
 
 
@@ -67,13 +74,19 @@ def int_list(option: str, text: str | None) -> list[int] | None:
 
 
 def writable_dir(option: str, path: Path) -> Path:
-    """``path`` made absolute, created if missing; a BadInput if it cannot be written."""
+    """``path`` made absolute, created if missing; a BadInput if it cannot be written.
+
+    Writability is tried for real (a file created and removed): permission bits do not
+    tell root about a read-only mount or an immutable folder.
+    """
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{option} {path}: not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
     except OSError as error:
-        raise BadInput(f"{option} {path}: cannot create it ({error.strerror})") from error
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise BadInput(f"{option} {path}: directory is not writable")
+        raise BadInput(f"{option} {path}: cannot write there ({error.strerror or error})") from error
     return path.resolve()
 
 

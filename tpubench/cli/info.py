@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -76,18 +76,22 @@ def show_env(
         print(json.dumps(info, indent=2))
         return
     console.print(f"tpubench {info['tpubench_version']} (git {info['git_sha'] or 'n/a'}) on {info['host']}")
-    console.print(f"cpu: {info['cpu_model']}; os: {info['os']}")
-    table = Table(title="backends")
-    for header in ("backend", "available", "device", "count", "python / torch", "versions", "reason"):
-        table.add_column(header)
-    for name, entry in info["backends"].items():
-        table.add_row(
-            name,
-            "yes" if entry["available"] else "no",
-            entry["device_name"] or "-",
-            str(entry["device_count"] or "-"),
-            f"{entry['python_version'] or '?'} / {entry['torch_version'] or '?'}",
-            ", ".join(f"{k} {v}" for k, v in entry["versions"].items()) or "-",
-            entry["reason"] or "",
-        )
-    console.print(table)
+    console.print(f"cpu: {info['cpu_model']}; os: {info['os']}", highlight=False)
+    console.print(backends_table(info["backends"]))
+
+
+def backends_table(backends: dict[str, dict[str, Any]]) -> Table:
+    """One line per backend (device or reason), then its versions and interpreter: no borders
+    and a wrapping last column, so it reads at 80 columns as well as at 200."""
+    table = Table(box=None, show_header=True, pad_edge=False, title="backends", title_justify="left")
+    table.add_column("backend", no_wrap=True)
+    table.add_column("ok", no_wrap=True)
+    table.add_column("device, or why not; versions; interpreter", overflow="fold")
+    for name, entry in backends.items():
+        count = f" x{entry['device_count']}" if entry["device_count"] else ""
+        details = [f"{entry['device_name']}{count}" if entry["available"] else entry["reason"]]
+        versions = ", ".join(f"{k} {v}" for k, v in entry["versions"].items())
+        details.append(versions or f"torch {entry['torch_version'] or '?'}")
+        details.append(f"python {entry['python_version'] or '?'} at {entry['python']}")
+        table.add_row(name, "yes" if entry["available"] else "no", "\n".join(details))
+    return table

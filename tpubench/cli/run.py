@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tpubench import report
@@ -28,7 +31,7 @@ from tpubench.cli.common import (
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR
-from workloads import GENERATION_MODES, MODES
+from workloads import GENERATION_MODES, MODES, Workload
 
 
 class ProgressObserver:
@@ -44,6 +47,8 @@ class ProgressObserver:
 
     def on_event(self, spec: RunSpec, event: dict[str, Any]) -> None:
         phase, step, of = event["phase"], event["step"], event["of"]
+        if phase == "wait":  # another tpubench holds the device: said once, on its own line
+            self.progress.console.print(f"  {spec.label()}: {event['detail']}", highlight=False)
         label = {"build": "building", "compile": "first step (compile)", "warmup": "warm-up", "measure": "measure"}.get(
             phase, phase
         )
@@ -65,7 +70,10 @@ def run(
     mode: Annotated[
         list[str] | None, typer.Option(help="train, infer, prefill or decode; repeatable (default: train, infer).")
     ] = None,
-    size: Annotated[list[str] | None, typer.Option(help="Size name; repeatable (default: each workload's).")] = None,
+    size: Annotated[
+        list[str] | None,
+        typer.Option(help="Size name(s), e.g. tiny or tiny,124m; repeatable (default: each workload's)."),
+    ] = None,
     batch_size: Annotated[
         str | None, typer.Option(help="Batch size(s), e.g. 8 or 1,8,32 (default: per device).")
     ] = None,
@@ -76,7 +84,7 @@ def run(
     warmup: Annotated[int, typer.Option(min=0, help="Minimum warm-up steps (more while compiling).")] = 3,
     steps: Annotated[int, typer.Option(min=1, help="Measured steps per run.")] = 10,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before a run's worker is killed.")] = 600.0,
-    results: Annotated[Path, typer.Option(help="Results directory.")] = DEFAULT_RESULTS_DIR,
+    results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,
     python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
     resume: Annotated[bool, typer.Option(help="Skip runs with an ok row and the same fingerprint.")] = False,
@@ -90,6 +98,8 @@ def run(
     tpu_eager_mode: Annotated[
         str | None, typer.Option(help=f"TorchTPU eager mode for tpu backends: {' or '.join(EAGER_MODES)}.")
     ] = None,
+    wide: Annotated[bool, typer.Option(help="Every summary column, however wide the terminal.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The rows as JSON on stdout; progress on stderr.")] = False,
 ) -> None:
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
     chosen_workloads = select_workloads(suite, workload)
@@ -99,14 +109,19 @@ def run(
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
     all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
-    chosen_sizes = choose("size", size, all_sizes)
+    chosen_sizes = choose("size", [s.strip() for item in size or [] for s in item.split(",")], all_sizes)
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
+    if not results.strip():
+        raise BadInput("--results needs a directory")
+    results_dir = writable_dir("--results", Path(results))
     if seq_len is not None and prompt_len is not None:
         raise BadInput("--seq-len and --prompt-len are the same setting; give one")
     batch_sizes = int_list("--batch-size", batch_size)
     seq_lens = int_list("--prompt-len" if prompt_len else "--seq-len", prompt_len or seq_len)
     gen_lens = int_list("--gen-len", gen_len)
+    if gen_len is not None and "decode" not in chosen_modes:
+        raise BadInput("--gen-len applies to decode runs only; add --mode decode")
     try:
         specs = plan(
             chosen_workloads,
@@ -127,7 +142,12 @@ def run(
         )
     except ValueError as error:
         raise BadInput(str(error)) from error
-    runner = SuiteRunner(results_dir=results, pythons=pythons(python), tags=key_values("--tag", tag), resume=resume)
+    out = Console(stderr=True) if as_json else console
+    for note in left_out(chosen_workloads, chosen_sizes, chosen_modes):
+        out.print(note, markup=False, highlight=False)
+    if not specs:
+        raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
+    runner = SuiteRunner(results_dir=results_dir, pythons=pythons(python), tags=key_values("--tag", tag), resume=resume)
     if not chosen_backends:  # by default, only what this machine can run
         probes = runner.probe_all(list(BACKENDS))
         specs = [spec for spec in specs if probes[spec.backend]["backends"][spec.backend]["available"]]
@@ -139,22 +159,58 @@ def run(
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=console,
+            console=out,
             transient=True,
         ) as progress,
     ):
         runner.observer = ProgressObserver(progress, len(specs))
         rows = runner.run(specs)
+    if as_json:
+        print(json.dumps(rows, default=str, indent=1))
     if runner.resumed:
-        console.print(f"--resume: skipped {len(runner.resumed)} run(s) already stored with this fingerprint")
-    if rows:
-        console.print(report.summary_table(rows))
+        out.print(
+            f"--resume: skipped {len(runner.resumed)} run(s) already stored with the same settings and fingerprint"
+        )
+    if rows and not as_json:
+        print_summary(out, rows, wide)
     for line in report.notes(rows):
-        console.print(line, markup=False, highlight=False)
-    console.print(f"results: {results}/runs (invocation {runner.invocation_id})")
+        out.print(line, markup=False, highlight=False)
+    out.print(f"results: {results_dir}/runs (invocation {runner.invocation_id})")
     if runner.interrupted:
-        console.print("interrupted: finished runs were saved")
+        out.print("interrupted: finished runs were saved")
         raise typer.Exit(128 + (received[0] if received else signal.SIGINT))
+
+
+def left_out(workloads: list[Workload], sizes: list[str], modes: list[str]) -> list[str]:
+    """A note for each workload that lacks some of the chosen sizes or modes (it runs without
+    them, or not at all), so a selection never shrinks without a word."""
+    notes = []
+    for workload in workloads:
+        lacks = [f"size {s}" for s in sizes if s not in workload.sizes]
+        lacks += [f"mode {m}" for m in modes if m not in workload.modes]
+        if lacks:
+            dropped = any(
+                all(x not in have for x in chosen)
+                for chosen, have in ((sizes, workload.sizes), (modes, workload.modes))
+                if chosen
+            )
+            has = f"sizes {', '.join(workload.sizes)}; modes {', '.join(workload.modes)}"
+            what = "left out" if dropped else "runs without some of them"
+            notes.append(f"note: {workload.name} has no {', '.join(lacks)} ({has}): {what}")
+    return notes
+
+
+def print_summary(out: Console, rows: list[dict[str, Any]], wide: bool) -> None:
+    """The summary table, narrowed to the terminal unless ``wide``; says what it left out."""
+    table, hidden = report.summary_table(rows, None if wide else out.width, out)
+    if wide:
+        out.print(table, width=Measurement.get(out, out.options.update(width=10_000), table).maximum)
+    else:
+        out.print(table)
+    if hidden:
+        out.print(
+            f"(not shown at {out.width} columns: {', '.join(hidden)}; --wide shows them, --json gives every field)"
+        )
 
 
 @contextlib.contextmanager

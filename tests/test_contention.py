@@ -1,0 +1,88 @@
+"""Runs that would share a device wait for it, and a busy host is written into the row."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import ROOT, command
+
+from tpubench import devicelock, store
+
+
+def test_a_run_waits_for_a_device_another_process_holds(results_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """This test holds the cpu lock itself; the CLI must say it waits, and start only after
+    the lock is released."""
+    monkeypatch.setenv("TPUBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    argv = command(f"run --workload gpt2 --backend cpu --mode infer --steps 2 --warmup 0 --results {results_dir}")
+    with devicelock.hold("cpu"):
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        assert process.stdout is not None
+        output = []
+        for line in process.stdout:  # the event: the CLI reports that it is waiting
+            output.append(line)
+            if "waiting for the cpu" in line:
+                break
+        else:
+            pytest.fail("".join(output))
+        assert f"pid {os.getpid()}" in line
+        released = datetime.now(UTC)
+    rest, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, rest
+    [row] = store.load_runs(results_dir).to_dict("records")
+    assert row["status"] == "ok" and row["started_at"] >= pd.Timestamp(released)
+    assert row["device_wait_s"] > 0
+
+
+def test_two_concurrent_suites_never_measure_at_the_same_time(results_dir: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "TPUBENCH_LOCK_DIR": str(tmp_path / "locks")}
+    suites = [
+        subprocess.Popen(
+            command(
+                f"run --workload gpt2 --workload llama3 --backend cpu --mode infer --steps 5 --warmup 1 "
+                f"--tag suite={i} --results {results_dir}"
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
+        for i in range(2)
+    ]
+    for process in suites:
+        assert process.wait(timeout=600) == 0, process.stdout.read()
+    runs = store.load_runs(results_dir).sort_values("started_at")
+    assert len(runs) == 4 and runs.invocation_id.nunique() == 2 and set(runs.status) == {"ok"}
+    # one device, one run at a time: every run ended before the next began, whichever suite it was in
+    assert (runs.started_at.iloc[1:].to_numpy() >= runs.finished_at.iloc[:-1].to_numpy()).all(), runs[
+        ["invocation_id", "started_at", "finished_at", "device_wait_s"]
+    ]
+
+
+BURN = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
+
+
+def test_a_busy_host_is_recorded_and_warned_about(results_dir: Path) -> None:
+    """Two real busy loops compete with the measured steps: the row says so."""
+    burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(os.cpu_count() or 1)]
+    try:
+        result = subprocess.run(
+            command(f"run --workload gpt2 --backend cpu --mode infer --steps 40 --warmup 1 --results {results_dir}"),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+        )
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert result.returncode == 0, result.stderr
+    [row] = store.load_runs(results_dir).to_dict("records")
+    assert row["host_other_cpu_share"] > 0.2 and row["host_load_1m"] >= 0
+    assert "host busy: other processes used" in row["warnings"]
