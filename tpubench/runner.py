@@ -208,6 +208,7 @@ class SuiteRunner:
             spec,
             backend=verify.REFERENCE_BACKEND,
             dtype=verify.REFERENCE_DTYPE,
+            init_dtype=spec.dtype,  # the candidate's very weights, computed in float32
             verify=False,
             profile_steps=0,
             compile_cache=None,

@@ -64,6 +64,7 @@ RUNS = pa.schema(
         ("mfu", _float),
         ("peak_mem_bytes", _int),
         ("estimated_mem_bytes", _int),
+        ("baseline_mem_bytes", _int),
         ("param_count", _int),
         ("execute_s", _float),
         ("cached_compiles", _int),

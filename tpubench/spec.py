@@ -32,6 +32,7 @@ class RunSpec:
     compile_cache: str | None = None  # persistent compilation cache directory
     tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)
     verify: bool = False  # also compare outputs with a CPU float32 reference (tpubench.verify)
+    init_dtype: str | None = None  # the dtype weights are drawn in, if not ``dtype`` (--verify's reference)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

@@ -147,10 +147,11 @@ def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload,
         config, spec.batch_size, spec.seq_len + spec.gen_len, spec.mode, getattr(torch, spec.dtype)
     )
     capacity = backend.memory_capacity_bytes()
+    columns = {"estimated_mem_bytes": estimate, "baseline_mem_bytes": backend.memory_in_use_bytes()}
     if capacity is None or estimate <= capacity:
-        return {"estimated_mem_bytes": estimate}
+        return columns
     return {
-        "estimated_mem_bytes": estimate,
+        **columns,
         "status": "skipped",
         "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
         f"available on {device_name or spec.backend}",
@@ -275,6 +276,7 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
             dtype=getattr(torch, spec.dtype),
             batch_size=spec.batch_size,
             seq_len=spec.seq_len,
+            init_dtype=getattr(torch, spec.init_dtype or spec.dtype),
         )
         torch.save(verify.outputs(spec, backend, instance), path)
     except Exception as error:

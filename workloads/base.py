@@ -7,6 +7,7 @@ backends (``tpubench.backends``) decide everything device-specific.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,6 +155,17 @@ class Greedy:
             yield token
 
 
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Make ``dtype`` the dtype new floating-point parameters are created in, for a block."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def build(
     workload: Workload,
     size: str | None = None,
@@ -163,11 +175,16 @@ def build(
     batch_size: int | None = None,
     seq_len: int | None = None,
     seed: int = 0,
+    init_dtype: torch.dtype | None = None,
 ) -> Instance:
     """Build ``workload`` at ``size`` on ``device``: random weights, seeded synthetic data.
 
     The model is built on the CPU from a fixed seed and then moved, so every backend
-    starts from bit-identical weights and inputs.
+    starts from bit-identical weights and inputs. Weights are created and drawn directly
+    in ``init_dtype`` (default: ``dtype``) and then cast to ``dtype``: building in float32
+    and casting afterwards would make an 8B bfloat16 model peak at three times its size.
+    ``--verify``'s float32 reference passes the candidate's dtype as ``init_dtype``, so
+    it computes with exactly the candidate's weights.
     """
     size = size or workload.default_size
     config = workload.config(size)
@@ -180,7 +197,9 @@ def build(
             f"seq_len {seq_len} exceeds {workload.name}/{size}'s context of {workload.max_seq_len(config)}"
         )
     torch.manual_seed(seed)
-    model = workload.build_model(config).to(dtype=dtype)
+    with default_dtype(init_dtype or dtype):
+        model = workload.build_model(config)
+    model = model.to(dtype=dtype)
     generator = torch.Generator().manual_seed(seed)
     batch = workload.make_batch(config, batch_size, seq_len, generator)
     return Instance(

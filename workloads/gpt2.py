@@ -62,8 +62,7 @@ class GPT2(nn.Module):
         self.position_embedding = nn.Embedding(config.max_seq_len, config.d_model)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.token_embedding.weight
+        self.lm_head = llm.lm_head(config, self.token_embedding)
         self.register_buffer("positions", torch.arange(config.max_seq_len), persistent=False)
         self.apply(llm.init_weights)
 

@@ -109,9 +109,7 @@ class Llama3(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=1e-5)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tied_embeddings:
-            self.lm_head.weight = self.token_embedding.weight
+        self.lm_head = llm.lm_head(config, self.token_embedding)
         self.apply(llm.init_weights)
 
     def forward(

@@ -139,6 +139,11 @@ class Backend(ABC):
         """Memory a run may use on this device, to refuse runs that cannot fit."""
         return None
 
+    def memory_in_use_bytes(self) -> int | None:
+        """What the device already holds before the model is built (the worker process
+        itself, on a CPU); ``peak_memory_bytes`` includes it, the estimate does not."""
+        return None
+
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window (a fresh worker process has none to reset)."""
 

@@ -41,6 +41,10 @@ class CpuBackend(Backend):
     def memory_capacity_bytes(self) -> int:
         return psutil.virtual_memory().available
 
+    def memory_in_use_bytes(self) -> int:
+        """This worker's resident set before the model exists: Python, torch and the harness."""
+        return psutil.Process().memory_info().rss
+
     def peak_memory_bytes(self) -> int:
         """Peak resident set size of this worker process (Linux reports KiB)."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
