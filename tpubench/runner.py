@@ -193,8 +193,8 @@ class SuiteRunner:
                 continue
             self.observer.on_start(index, len(specs), spec)
             try:
-                row, steps = self._run_one(spec, probes[spec.backend]["backends"][spec.backend], fact)
-                self._writer.add(row, steps)
+                row, steps, ops = self._run_one(spec, probes[spec.backend]["backends"][spec.backend], fact)
+                self._writer.add(row, steps, ops)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
                 self.interrupted = True
                 break
@@ -246,7 +246,8 @@ class SuiteRunner:
 
     def _run_one(
         self, spec: RunSpec, availability: dict[str, Any], fact: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The run's row, its steps rows and its ops rows (a profiled run's trace, read by the worker)."""
         started_at = datetime.now(UTC)
         if spec.profile_steps:
             spec = replace(spec, trace_dir=str((Path(self.results_dir) / "traces" / spec.run_id).resolve()))
@@ -280,6 +281,7 @@ class SuiteRunner:
         steps = [
             {"run_id": spec.run_id, "invocation_id": self.invocation_id, **step} for step in result.pop("steps", [])
         ]
+        ops = [{"run_id": spec.run_id, "invocation_id": self.invocation_id, **op} for op in result.pop("ops", [])]
         row = {
             "run_id": spec.run_id,
             "invocation_id": self.invocation_id,
@@ -315,4 +317,4 @@ class SuiteRunner:
             "tags": json.dumps(self.tags, sort_keys=True),
             **result,
         }
-        return row, steps
+        return row, steps, ops

@@ -75,6 +75,8 @@ RUNS = pa.schema(
         ("compile_cache_misses", _int),
         ("compile_cache_load_failures", _int),
         ("trace_path", _string),
+        ("profile_steps", _int),
+        ("ops_error", _string),
         ("tpu_eager_mode", _string),
         ("verified", _string),
         ("max_rel_err", _float),
@@ -116,4 +118,30 @@ STEPS = pa.schema(
     ]
 )
 
-TABLES = {"runs": RUNS, "steps": STEPS}
+OPS = pa.schema(
+    [
+        ("run_id", _string),
+        ("invocation_id", _string),
+        ("schema_version", pa.int32()),
+        ("source", _string),
+        ("op", _string),
+        ("category", _string),
+        ("framework_op", _string),
+        ("module", _string),
+        ("calls", _int),
+        ("self_time_us", _float),
+        ("total_time_us", _float),
+        ("self_pct", _float),
+        ("self_us_per_step", _float),
+        ("device_time_us", _float),
+        ("flops", _float),
+        ("bytes_accessed", _float),
+        ("achieved_flops_per_s", _float),
+        ("bound_by", _string),
+        ("traced_steps", _int),
+        ("step_time_us", _float),
+        ("tool", _string),
+    ]
+)
+
+TABLES = {"runs": RUNS, "steps": STEPS, "ops": OPS}

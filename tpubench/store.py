@@ -4,14 +4,16 @@ Layout, one file per suite invocation per table::
 
     results/runs/date=YYYY-MM-DD/<invocation_id>.parquet
     results/steps/date=YYYY-MM-DD/<invocation_id>.parquet
+    results/ops/date=YYYY-MM-DD/<invocation_id>.parquet
 
-An invocation rewrites its own two files after every run (temp file, then rename), so a
+An invocation rewrites its own files after every run (temp file, then rename; the ops
+file once a profiled run has given it rows), so a
 crash loses at most the run in flight and a reader never sees half a file. Invocations
 never share a file, so concurrent suites in one directory lose nothing. pandas
 (``pd.read_parquet("results/runs")``), pyarrow datasets and DuckDB
 (``read_parquet('results/runs/*/*.parquet', hive_partitioning=true, union_by_name=true)``)
-read it directly; :func:`load_runs` and :func:`load_steps` add schema evolution and skip
-corrupt files with a warning.
+read it directly; :func:`load_runs`, :func:`load_steps` and :func:`load_ops` add schema
+evolution and skip corrupt files with a warning.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import pyarrow.parquet as pq
 from tpubench.schema import SCHEMA_VERSION, TABLES
 
 DEFAULT_RESULTS_DIR = Path("results")
+#: tables whose file an invocation writes only once it has rows: most runs profile nothing
+WRITTEN_WHEN_FILLED = frozenset({"ops"})
 
 
 class StoreError(Exception):
@@ -68,7 +72,7 @@ def to_table(rows: list[dict[str, Any]], table: str) -> pa.Table:
 
 
 class InvocationWriter:
-    """Accumulates one invocation's rows and keeps its two files current after each run."""
+    """Accumulates one invocation's rows and keeps its files current after each run."""
 
     def __init__(self, results_dir: Path, invocation_id: str, started_at: datetime):
         self._paths = {
@@ -80,10 +84,15 @@ class InvocationWriter:
     def paths(self) -> dict[str, Path]:
         return dict(self._paths)
 
-    def add(self, run: dict[str, Any], steps: Iterable[dict[str, Any]] = ()) -> None:
+    def add(
+        self, run: dict[str, Any], steps: Iterable[dict[str, Any]] = (), ops: Iterable[dict[str, Any]] = ()
+    ) -> None:
         self._rows["runs"].append(run)
         self._rows["steps"].extend(steps)
+        self._rows["ops"].extend(ops)
         for name, path in self._paths.items():
+            if name in WRITTEN_WHEN_FILLED and not self._rows[name]:
+                continue
             write_atomic(to_table(self._rows[name], name), path)
 
 
@@ -128,3 +137,40 @@ def load_runs(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.Dat
 def load_steps(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
     """One row per timed step; e.g. ``load_steps("results", run_id=ids, phase="measure")``."""
     return load_table(results_dir, "steps", **filters)
+
+
+def inside_results(results_dir: Path, recorded: str) -> Path:
+    """A path read from the store (``runs.trace_path``), resolved, if it lies inside
+    ``results_dir``; a relative one is taken from ``results_dir``. Anything that leads
+    outside (``../../etc/passwd``, an absolute path elsewhere, a symlink out) is a StoreError,
+    so that a store from elsewhere cannot make tpubench read or serve other files."""
+    root = Path(results_dir).resolve()
+    path = (root / recorded).resolve()  # an absolute ``recorded`` replaces root
+    if not path.is_relative_to(root):
+        raise StoreError(f"{recorded!r} is outside the results directory {str(root)!r}; refused")
+    return path
+
+
+def load_ops(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """One row per (run, op) of profiled runs; e.g. ``load_ops("results", run_id=run_id)``."""
+    return load_table(results_dir, "ops", **filters)
+
+
+def replace_run_ops(results_dir: Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """Replace ``run``'s rows of the ops table by ``rows`` (``tpubench ops --ingest``).
+
+    They live in the file of the run's invocation, next to its runs file (same date
+    partition), which is rewritten atomically with the other runs' rows as they were.
+    Returns that file's path.
+    """
+    invocation = run["invocation_id"]
+    runs_files = sorted((Path(results_dir) / "runs").glob(f"date=*/{invocation}.parquet"))
+    if not runs_files:
+        raise StoreError(f"no runs file for invocation {invocation!r} under {results_dir}")
+    path = Path(results_dir) / "ops" / runs_files[0].parent.name / runs_files[0].name
+    kept = []
+    if path.exists():
+        kept = [row for row in pq.read_table(path).to_pylist() if row["run_id"] != run["run_id"]]
+    fresh = [{"run_id": run["run_id"], "invocation_id": invocation, **row} for row in rows]
+    write_atomic(to_table(kept + fresh, "ops"), path)
+    return path

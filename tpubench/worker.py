@@ -130,6 +130,8 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
         trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
+        channel.send("phase", phase="ingest", step=0, of=1)
+        row |= ingest_trace(trace_path, spec.profile_steps)
     return {
         **row,
         "status": "ok",
@@ -139,6 +141,21 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "warnings": run_notes(caught, measured),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
+
+
+def ingest_trace(trace_path: str, profile_steps: int) -> dict[str, Any]:
+    """The trace's rows of the ``ops`` table (popped by the runner like ``steps``), and
+    ``profile_steps``. A trace that cannot be read costs its rows, never the run: the
+    error goes in ``ops_error``, and ``tpubench ops --ingest RUN_ID`` can try again."""
+    from tpubench.traces import ingest
+
+    columns: dict[str, Any] = {"profile_steps": profile_steps}
+    try:
+        columns["ops"] = ingest(trace_path, profile_steps)
+    except Exception as error:  # a reader's bug or a corrupt trace: the run's timings stand
+        traceback.print_exc()
+        columns["ops_error"] = f"{type(error).__name__}: {error}"
+    return columns
 
 
 def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload, config: Any) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Stateless analyses over the results tables (DataFrames in, DataFrames out; no I/O, no plotting)."""

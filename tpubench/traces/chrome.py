@@ -1,0 +1,203 @@
+"""torch.profiler Chrome traces (``trace.json``, also gzipped): per-op totals, streamed.
+
+Host-side events (``cpu_op``, ``user_annotation``, CUDA runtime calls) become ``aten``
+rows with self time from their nesting on each thread, which is how ``key_averages()``
+counts it (the tests compare the two). GPU events (``kernel``, ``gpu_memcpy``,
+``gpu_memset``) become ``kernel`` rows, each joined to the CPU op that launched it: the
+kernel's ``correlation`` names a runtime call, whose ``External id`` names the op. The CPU
+op's row gets that kernel time as ``device_us`` (its self device time).
+
+The file is read by ijson's yajl2 C backend one event at a time, and events are kept as a
+few numbers each, so memory follows the number of events, not the JSON's size.
+``ProfilerStep#N`` annotations (torch.profiler's schedule) mark steps when present.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from array import array
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from tpubench.traces.timeline import OpTotals, Timelines, TraceError, TraceOps
+
+HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+STEP_MARKER = re.compile(r"ProfilerStep#\d+")
+
+
+class _Interned:
+    """Names as small integers, so that a million events hold a million ints, not strings."""
+
+    def __init__(self) -> None:
+        self.ids: dict[object, int] = {}
+
+    def __call__(self, key: object) -> int:
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.ids)
+        return found
+
+    def names(self) -> list:
+        return sorted(self.ids, key=self.ids.__getitem__)
+
+
+def _open(path: Path) -> IO[bytes]:
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    except OSError as error:
+        raise TraceError(f"cannot read {path}: {error.strerror}") from error
+
+
+def read_chrome(path: Path) -> TraceOps:
+    """Per-op totals of a torch.profiler Chrome trace."""
+    import ijson
+
+    host, device = Timelines(), Timelines()
+    names, threads = _Interned(), _Interned()
+    # the kernel -> runtime call -> CPU op join, as parallel arrays
+    op_external, op_of_external = array("q"), array("q")  # CPU op events: External id, name id
+    call_correlation, call_external = array("q"), array("q")  # runtime calls
+    kernel_correlation, kernel_external = array("q"), array("q")  # one each per device event
+    steps: list[tuple[float, float]] = []
+    origin = None
+    seen_events = False
+    with _open(path) as stream:
+        try:
+            for event in ijson.items(stream, "traceEvents.item", use_float=True):
+                seen_events = True
+                if event.get("ph") != "X":
+                    continue
+                category = event.get("cat")
+                if category not in HOST_CATEGORIES and category not in DEVICE_CATEGORIES:
+                    continue
+                ts, duration = float(event["ts"]), float(event.get("dur", 0.0))
+                if origin is None:
+                    origin = ts  # times relative to the first event keep their nanoseconds
+                name, args = event["name"], event.get("args") or {}
+                if category == "user_annotation" and STEP_MARKER.fullmatch(name):
+                    steps.append((ts - origin, ts - origin + duration))
+                    continue
+                timelines = device if category in DEVICE_CATEGORIES else host
+                timelines.timeline.append(threads((event.get("pid"), event.get("tid"))))
+                timelines.start.append(ts - origin)
+                timelines.duration.append(duration)
+                if category in DEVICE_CATEGORIES:
+                    timelines.op.append(names(("kernel", name)))
+                    kernel_correlation.append(int(args.get("correlation", -1)))
+                    kernel_external.append(int(args.get("External id", -1)))
+                    continue
+                op = names(("aten", name))
+                timelines.op.append(op)
+                if category == "cpu_op" and "External id" in args:
+                    op_external.append(int(args["External id"]))
+                    op_of_external.append(op)
+                elif category in ("cuda_runtime", "cuda_driver") and "correlation" in args:
+                    call_correlation.append(int(args["correlation"]))
+                    call_external.append(int(args.get("External id", -1)))
+        except ijson.JSONError as error:  # IncompleteJSONError (truncated) is one
+            raise TraceError(f"corrupt or truncated Chrome trace {path}: {error}") from error
+        except (KeyError, TypeError, ValueError) as error:
+            raise TraceError(f"not a torch.profiler Chrome trace {path}: an event lacks {error}") from error
+    if not seen_events:
+        raise TraceError(f"not a Chrome trace {path}: no traceEvents")
+    keys = names.names()
+    launcher = _launchers(
+        kernel_correlation, kernel_external, call_correlation, call_external, op_external, op_of_external
+    )
+    ops = _host_ops(host, keys, device, launcher) + _kernel_ops(device, keys, launcher)
+    span = _span(host, device)
+    if steps:
+        begin = min(start for start, _ in steps)
+        return TraceOps("chrome trace", ops, len(steps), max(max(end for _, end in steps), begin + (span or 0)) - begin)
+    return TraceOps("chrome trace", ops, None, span)
+
+
+def _span(*timelines: Timelines) -> float | None:
+    """From the first event's start to the last event's end, over all timelines."""
+    starts, ends = [], []
+    for events in timelines:
+        if len(events):
+            start = np.frombuffer(events.start, dtype=np.float64)
+            starts.append(start.min())
+            ends.append((start + np.frombuffer(events.duration, dtype=np.float64)).max())
+    return float(max(ends) - min(starts)) if starts else None
+
+
+def _launchers(
+    kernel_correlation: array,
+    kernel_external: array,
+    call_correlation: array,
+    call_external: array,
+    op_external: array,
+    op_of: array,
+) -> np.ndarray:
+    """For each device event, the name id of the CPU op that launched it, or -1.
+
+    The runtime call with the kernel's correlation id names the op (its External id);
+    where no call matches, the kernel's own External id, which Kineto also records.
+    """
+    kernels = np.frombuffer(kernel_correlation, dtype=np.int64)
+    if not len(kernels) or not len(op_external):
+        return np.full(len(kernels), -1, dtype=np.int64)
+    external = np.frombuffer(kernel_external, dtype=np.int64).copy()
+    if len(call_correlation):
+        via_call = _lookup(kernels, np.frombuffer(call_correlation, dtype=np.int64), np.frombuffer(call_external, "q"))
+        external = np.where(via_call >= 0, via_call, external)
+    return _lookup(external, np.frombuffer(op_external, dtype=np.int64), np.frombuffer(op_of, dtype=np.int64))
+
+
+def _lookup(wanted: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` at ``wanted``'s positions in ``keys`` (the last one, for a repeated key), -1 where absent."""
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    at = np.searchsorted(keys, wanted, side="right") - 1
+    hit = (at >= 0) & (keys[np.clip(at, 0, None)] == wanted)
+    return np.where(hit, values[np.clip(at, 0, None)], -1)
+
+
+def _host_ops(host: Timelines, keys: list, device: Timelines, launcher: np.ndarray) -> list[OpTotals]:
+    calls, total, own = host.totals(len(keys))
+    device_time = None
+    if len(device):
+        launched = launcher >= 0
+        duration = np.frombuffer(device.duration, dtype=np.float64)
+        device_time = np.bincount(launcher[launched], weights=duration[launched], minlength=len(keys))
+    return [
+        OpTotals(
+            "aten",
+            name,
+            int(calls[i]),
+            float(own[i]),
+            float(total[i]),
+            device_us=float(device_time[i]) if device_time is not None else None,
+        )
+        for i, (source, name) in enumerate(keys)
+        if source == "aten" and calls[i]
+    ]
+
+
+def _kernel_ops(device: Timelines, keys: list, launcher: np.ndarray) -> list[OpTotals]:
+    """One row per (kernel, launching op): kernels do not nest, so self time is their time."""
+    if not len(device):
+        return []
+    kernel = np.frombuffer(device.op, dtype=np.int64)
+    duration = np.frombuffer(device.duration, dtype=np.float64)
+    pairs, index = np.unique(np.stack([kernel, launcher]), axis=1, return_inverse=True)
+    calls = np.bincount(index, minlength=pairs.shape[1])
+    time = np.bincount(index, weights=duration, minlength=pairs.shape[1])
+    return [
+        OpTotals(
+            "kernel",
+            keys[k][1],
+            int(calls[i]),
+            float(time[i]),
+            float(time[i]),
+            framework_op=keys[op][1] if op >= 0 else None,
+            device_us=float(time[i]),
+        )
+        for i, (k, op) in enumerate(pairs.T.tolist())
+    ]

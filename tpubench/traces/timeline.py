@@ -1,0 +1,113 @@
+"""What every trace reader shares: per-op totals, and self time from nested events.
+
+A trace is a set of timelines (a thread, an XLine, a CUDA stream) whose events nest:
+an op's *self* time is its duration minus its direct children's on the same timeline,
+which is how torch.profiler's ``key_averages`` and XProf count it. Readers collect
+events as flat numeric arrays (a few bytes each, never Python objects per event), then
+:func:`self_times` walks one timeline at a time.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: how far a child may stick out of its parent and still count as nested (rounding)
+NESTING_TOLERANCE_US = 1e-3
+
+
+class TraceError(Exception):
+    """A trace that cannot be read: missing, truncated, corrupt, or of an unknown kind."""
+
+
+@dataclass
+class OpTotals:
+    """One op's aggregate over a trace, before it becomes an ``ops`` row."""
+
+    source: str  # "hlo", "aten" or "kernel"
+    op: str
+    calls: int
+    self_us: float
+    total_us: float
+    framework_op: str | None = None  # the framework op (or module) that produced an HLO op or launched a kernel
+    module: str | None = None  # the HLO module/program an HLO op belongs to
+    device_us: float | None = None  # CUDA: kernel time this CPU op launched itself
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    bound_by: str | None = None
+    category_hint: str | None = None  # the tool's own category (xprof's HLO category), for categorize()
+
+
+@dataclass
+class TraceOps:
+    """Everything a reader extracts from one trace."""
+
+    tool: str  # which reader and library produced the figures
+    ops: list[OpTotals]
+    steps: int | None = None  # traced steps marked in the trace (None: no step markers)
+    step_time_us: float | None = None  # wall time of the traced steps; the op events' span without markers
+
+
+@dataclass
+class Timelines:
+    """Events of many timelines as flat arrays: timeline, start and duration (microseconds), op id."""
+
+    timeline: array = field(default_factory=lambda: array("q"))
+    start: array = field(default_factory=lambda: array("d"))
+    duration: array = field(default_factory=lambda: array("d"))
+    op: array = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    def span(self) -> float | None:
+        """From the first event's start to the last event's end, or None without events."""
+        if not len(self):
+            return None
+        start = np.frombuffer(self.start, dtype=np.float64)
+        end = start + np.frombuffer(self.duration, dtype=np.float64)
+        return float(end.max() - start.min())
+
+    def totals(self, n_ops: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per op id: calls, total (inclusive) and self microseconds."""
+        if not len(self):
+            zeros = np.zeros(n_ops)
+            return zeros.astype(np.int64), zeros, zeros
+        timeline = np.frombuffer(self.timeline, dtype=np.int64)
+        start = np.frombuffer(self.start, dtype=np.float64)
+        duration = np.frombuffer(self.duration, dtype=np.float64)
+        op = np.frombuffer(self.op, dtype=np.int64)
+        # by timeline, then start; a parent (longer) before a child that starts with it
+        order = np.lexsort((-duration, start, timeline))
+        own = self_times(timeline[order], start[order], duration[order])
+        calls = np.bincount(op, minlength=n_ops)
+        total = np.bincount(op, weights=duration, minlength=n_ops)
+        self_total = np.bincount(op[order], weights=own, minlength=n_ops)
+        return calls, total, self_total
+
+
+def self_times(timeline: np.ndarray, start: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    """Each event's duration minus its direct children's, for events sorted by (timeline, start, -duration).
+
+    Times are in microseconds. A child lies inside its parent on the same timeline, to
+    within :data:`NESTING_TOLERANCE_US` (Chrome traces round times to the nanosecond).
+    Events that overlap without nesting, which a well-formed timeline does not have, are
+    treated as siblings.
+    """
+    own = duration.copy()
+    ends = (start + duration + NESTING_TOLERANCE_US).tolist()
+    durations, lines = duration.tolist(), timeline.tolist()
+    stack: list[int] = []
+    current_line = None
+    for i, (line, end) in enumerate(zip(lines, (start + duration).tolist(), strict=True)):
+        if line != current_line:
+            stack.clear()
+            current_line = line
+        while stack and end > ends[stack[-1]]:  # the top has ended, or does not contain this event
+            stack.pop()
+        if stack:
+            own[stack[-1]] -= durations[i]
+        stack.append(i)
+    return own
