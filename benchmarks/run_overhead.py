@@ -83,8 +83,10 @@ def main() -> None:
         forked.append(start_cost(True))
         fresh.append(start_cost(False))
     for name, samples in (("forked from the zygote", forked), ("fresh interpreter", fresh)):
-        spread = f"p10 {statistics.quantiles(samples, n=10)[0] * 1e3:.0f}, p90 {statistics.quantiles(samples, n=10)[-1] * 1e3:.0f}"
-        print(f"worker start + probe, {name}: median {statistics.median(samples) * 1e3:.0f} ms ({spread})")
+        deciles = statistics.quantiles(samples, n=10)
+        median = statistics.median(samples)
+        spread = f"p10 {deciles[0] * 1e3:.0f}, p90 {deciles[-1] * 1e3:.0f}"
+        print(f"worker start + probe, {name}: median {median * 1e3:.0f} ms ({spread})")
 
 
 if __name__ == "__main__":
