@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import product
@@ -130,77 +131,76 @@ def probe(python: str, backends: list[str]) -> dict[str, Any]:
     }
 
 
+def python_for(pythons: dict[str, str], backend: str) -> str:
+    """The interpreter for ``backend``'s workers: its own entry, else its family's
+    (``xla`` covers ``xla-compile``), else this one."""
+    family = backend.split("-")[0]
+    return pythons.get(backend) or pythons.get(family) or sys.executable
+
+
+def lock_name(device_kind: str, env: dict[str, str]) -> str:
+    """The device lock a worker with ``env`` takes: its kind, and the chip or GPU it is pinned
+    to where one is (Ray and the TPU backends pin a run to one), so runs on different chips of
+    one host can proceed side by side."""
+    pinned = {"tpu": env.get("TPU_VISIBLE_CHIPS"), "cuda": env.get("CUDA_VISIBLE_DEVICES")}.get(device_kind)
+    return f"{device_kind}-{pinned}" if pinned else device_kind
+
+
 @dataclass
-class SuiteRunner:
-    results_dir: Path
+class Executor:
+    """Runs one spec on the machine it is called on: the device lock, the isolated worker,
+    --verify, and the trace's upload to object storage. The local runner and Ray tasks
+    (:mod:`tpubench.launchers.ray`) both measure through it, so a fleet run is the same
+    measurement as a local one."""
+
+    results: str
     pythons: dict[str, str] = field(default_factory=dict)  # backend -> interpreter for its workers
-    tags: dict[str, str] = field(default_factory=dict)
-    resume: bool = False
-    observer: RunObserver = field(default_factory=_Silent)
-    invocation_id: str = field(default_factory=lambda: f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
-    interrupted: bool = False
-    resumed: list[RunSpec] = field(default_factory=list)
-    _probes: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
-    _writer: store.InvocationWriter | None = field(default=None, init=False, repr=False)
 
-    def python_for(self, backend: str) -> str:
-        """The interpreter for ``backend``'s workers: its own entry, else its family's
-        (``xla`` covers ``xla-compile``), else this one."""
-        family = backend.split("-")[0]
-        return self.pythons.get(backend) or self.pythons.get(family) or sys.executable
+    def run(
+        self, spec: RunSpec, availability: dict[str, Any], on_event: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """The run's result fields (with ``started_at``, ``finished_at``, ``steps``, ``ops``)."""
+        if not availability["available"]:
+            now = datetime.now(UTC)
+            return {"status": "unavailable", "error": availability["reason"], "started_at": now, "finished_at": now}
+        backend = get_backend(spec.backend)
+        env = worker_env(backend.worker_env)
+        staging = None
+        if spec.profile_steps:
+            trace_root = Path(self.results) / "traces" if not store.is_remote(self.results) else None
+            staging = None if trace_root else tempfile.mkdtemp(prefix="tpubench-trace-")
+            spec = replace(spec, trace_dir=str(((trace_root or Path(staging)) / spec.run_id).resolve()))
 
-    def probe_all(self, backends: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Each backend's probe, one probe per distinct interpreter, once per invocation."""
-        by_python: dict[str, list[str]] = {}
-        for backend in dict.fromkeys(backends):
-            if backend not in self._probes:
-                by_python.setdefault(self.python_for(backend), []).append(backend)
-        for python, names in by_python.items():
-            result = probe(python, names)
-            self._probes.update(dict.fromkeys(names, result))
-        return {backend: self._probes[backend] for backend in backends}
+        def on_wait(message: str) -> None:
+            on_event({"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
 
-    def _resume_key(self, spec: RunSpec, fact: dict[str, Any]) -> tuple:
-        """What a stored ``ok`` row must match for ``--resume`` to skip ``spec``: the run's
-        identity, the environment, and the settings that shape the measurement."""
-        return (*spec.key(), fingerprint_hash(fact), spec.warmup, spec.steps, json.dumps(self.tags, sort_keys=True))
-
-    def _already_done(self) -> set[tuple]:
-        if not self.resume or not Path(self.results_dir).is_dir():
-            return set()
-        done = store.load_runs(self.results_dir, status="ok")
-        columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
-        return set(done[columns].itertuples(index=False, name=None))
-
-    def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
-        """Run ``specs`` in order and return their rows (also written to the store).
-
-        Calling it again on the same runner continues the same invocation and file.
-        """
-        if self._writer is None:
-            self._writer = store.InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
-        probes = self.probe_all([spec.backend for spec in specs])
-        facts = {}
-        for backend, probe_result in probes.items():
-            backend_env = worker_env(get_backend(backend).worker_env)
-            facts[backend] = fingerprint(probe_result, backend, backend_env)
-        done = self._already_done()
-        rows: list[dict[str, Any]] = []
-        for index, spec in enumerate(specs):
-            fact = facts[spec.backend]
-            if self._resume_key(spec, fact) in done:
-                self.resumed.append(spec)
-                continue
-            self.observer.on_start(index, len(specs), spec)
-            try:
-                row, steps, ops = self._run_one(spec, probes[spec.backend]["backends"][spec.backend], fact)
-                self._writer.add(row, steps, ops)
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
-                self.interrupted = True
-                break
-            rows.append(row)
-            self.observer.on_finish(spec, row)
-        return rows
+        try:
+            with devicelock.hold(lock_name(backend.device_kind, env), on_wait) as waited:
+                started_at = datetime.now(UTC)
+                result = backend.run_on_device(  # a TPU waits for its chip, and retries once if busy
+                    lambda: classify(
+                        run_worker(
+                            {"kind": "run", "spec": spec.to_json()},
+                            python=python_for(self.pythons, spec.backend),
+                            env=env,
+                            timeout_s=spec.timeout_s,
+                            on_event=on_event,
+                            fork=backend.forkable,
+                        ),
+                        spec.timeout_s,
+                    ),
+                    on_wait,
+                )
+                if spec.verify and result["status"] == "ok":
+                    result.update(self._verify(spec))
+            if staging and result.get("trace_path"):
+                result["trace_path"] = store.upload_trace(
+                    self.results, spec.run_id, spec.trace_dir, result["trace_path"]
+                )
+        finally:
+            if staging:
+                shutil.rmtree(staging, ignore_errors=True)
+        return {**result, "device_wait_s": waited, "started_at": started_at, "finished_at": datetime.now(UTC)}
 
     def _verify(self, spec: RunSpec) -> dict[str, Any]:
         """Compare ``spec``'s outputs with the CPU float32 reference, each computed in its own worker."""
@@ -222,7 +222,7 @@ class SuiteRunner:
                 backend = get_backend(run.backend)
                 outcome = run_worker(
                     {"kind": "verify", "spec": run.to_json(), "output": path},
-                    python=self.python_for(run.backend),
+                    python=python_for(self.pythons, run.backend),
                     env=worker_env(backend.worker_env),
                     timeout_s=spec.timeout_s,
                     fork=backend.forkable,
@@ -244,77 +244,130 @@ class SuiteRunner:
             )
         return columns
 
-    def _run_one(
-        self, spec: RunSpec, availability: dict[str, Any], fact: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-        """The run's row, its steps rows and its ops rows (a profiled run's trace, read by the worker)."""
-        started_at = datetime.now(UTC)
-        if spec.profile_steps:
-            spec = replace(spec, trace_dir=str((Path(self.results_dir) / "traces" / spec.run_id).resolve()))
-        backend = get_backend(spec.backend)
-        if not availability["available"]:
-            result = {"status": "unavailable", "error": availability["reason"]}
-        else:
 
-            def on_wait(message: str) -> None:
-                self.observer.on_event(spec, {"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
+#: the fingerprint's facts that are columns of their own
+FACT_COLUMNS = (
+    "host",
+    "cpu_model",
+    "device_count",
+    "python_executable",
+    "python_version",
+    "torch_version",
+    "tpubench_version",
+    "git_sha",
+)
 
-            with devicelock.hold(backend.device_kind, on_wait) as waited:
-                started_at = datetime.now(UTC)
-                result = backend.run_on_device(  # a TPU waits for its chip, and retries once if busy
-                    lambda: classify(
-                        run_worker(
-                            {"kind": "run", "spec": spec.to_json()},
-                            python=self.python_for(spec.backend),
-                            env=worker_env(backend.worker_env),
-                            timeout_s=spec.timeout_s,
-                            on_event=lambda event: self.observer.on_event(spec, event),
-                            fork=backend.forkable,
-                        ),
-                        spec.timeout_s,
-                    ),
-                    on_wait,
-                )
-                if spec.verify and result["status"] == "ok":
-                    result.update(self._verify(spec))
-            result["device_wait_s"] = waited
-        steps = [
-            {"run_id": spec.run_id, "invocation_id": self.invocation_id, **step} for step in result.pop("steps", [])
-        ]
-        ops = [{"run_id": spec.run_id, "invocation_id": self.invocation_id, **op} for op in result.pop("ops", [])]
-        row = {
-            "run_id": spec.run_id,
-            "invocation_id": self.invocation_id,
-            "started_at": started_at,
-            "finished_at": datetime.now(UTC),
-            "suite": spec.suite,
-            "workload": spec.workload,
-            "size": spec.size,
-            "backend": spec.backend,
-            "device": fact["device"] or None,
-            "mode": spec.mode,
-            "dtype": spec.dtype,
-            "batch_size": spec.batch_size,
-            "seq_len": spec.seq_len,
-            "gen_len": spec.gen_len,
-            "warmup_min_steps": spec.warmup,
-            **{
-                key: fact[key]
-                for key in (
-                    "host",
-                    "cpu_model",
-                    "device_count",
-                    "python_executable",
-                    "python_version",
-                    "torch_version",
-                    "tpubench_version",
-                    "git_sha",
-                )
-            },
-            "backend_versions": json.dumps(fact["backend_versions"], sort_keys=True),
-            "env": json.dumps(fact["env"], sort_keys=True),
-            "fingerprint": fingerprint_hash(fact),
-            "tags": json.dumps(self.tags, sort_keys=True),
-            **result,
-        }
-        return row, steps, ops
+
+def row_for(
+    spec: RunSpec, invocation_id: str, tags: dict[str, str], fact: dict[str, Any], result: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's row, its steps rows and its ops rows, from the spec, where it ran and its result."""
+    result = dict(result)
+    ids = {"run_id": spec.run_id, "invocation_id": invocation_id}
+    steps = [{**ids, **step} for step in result.pop("steps", [])]
+    ops = [{**ids, **op} for op in result.pop("ops", [])]
+    row = {
+        **ids,
+        "suite": spec.suite,
+        "workload": spec.workload,
+        "size": spec.size,
+        "backend": spec.backend,
+        "device": fact["device"] or None,
+        "mode": spec.mode,
+        "dtype": spec.dtype,
+        "batch_size": spec.batch_size,
+        "seq_len": spec.seq_len,
+        "gen_len": spec.gen_len,
+        "warmup_min_steps": spec.warmup,
+        **{key: fact[key] for key in FACT_COLUMNS},
+        "backend_versions": json.dumps(fact["backend_versions"], sort_keys=True),
+        "env": json.dumps(fact["env"], sort_keys=True),
+        "fingerprint": fingerprint_hash(fact),
+        "tags": json.dumps(tags, sort_keys=True),
+        **result,
+    }
+    return row, steps, ops
+
+
+def facts_for(probe_result: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The environment fingerprint of ``backend``'s runs, from its interpreter's probe."""
+    return fingerprint(probe_result, backend, worker_env(get_backend(backend).worker_env))
+
+
+@dataclass
+class SuiteRunner:
+    results_dir: str | Path
+    pythons: dict[str, str] = field(default_factory=dict)  # backend -> interpreter for its workers
+    tags: dict[str, str] = field(default_factory=dict)
+    resume: bool = False
+    observer: RunObserver = field(default_factory=_Silent)
+    invocation_id: str = field(default_factory=lambda: f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}")
+    interrupted: bool = False
+    resumed: list[RunSpec] = field(default_factory=list)
+    _probes: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _writer: store.InvocationWriter | None = field(default=None, init=False, repr=False)
+
+    @property
+    def executor(self) -> Executor:
+        return Executor(str(self.results_dir), self.pythons)
+
+    def python_for(self, backend: str) -> str:
+        return python_for(self.pythons, backend)
+
+    def probe_all(self, backends: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Each backend's probe, one probe per distinct interpreter, once per invocation."""
+        by_python: dict[str, list[str]] = {}
+        for backend in dict.fromkeys(backends):
+            if backend not in self._probes:
+                by_python.setdefault(self.python_for(backend), []).append(backend)
+        for python, names in by_python.items():
+            result = probe(python, names)
+            self._probes.update(dict.fromkeys(names, result))
+        return {backend: self._probes[backend] for backend in backends}
+
+    def resume_key(self, spec: RunSpec, fact: dict[str, Any]) -> tuple:
+        """What a stored ``ok`` row must match for ``--resume`` to skip ``spec``: the run's
+        identity, the environment, and the settings that shape the measurement."""
+        return (*spec.key(), fingerprint_hash(fact), spec.warmup, spec.steps, json.dumps(self.tags, sort_keys=True))
+
+    def already_done(self) -> set[tuple]:
+        """The resume keys of the store's ``ok`` rows (empty without --resume)."""
+        if not self.resume or not store.Location(self.results_dir).exists():
+            return set()
+        done = store.load_runs(self.results_dir, status="ok")
+        columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
+        return set(done[columns].itertuples(index=False, name=None))
+
+    def write(self, row: dict[str, Any], steps: list[dict[str, Any]], ops: list[dict[str, Any]]) -> None:
+        """Add a finished run to this invocation's files (rewritten at once)."""
+        if self._writer is None:
+            self._writer = store.InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
+        self._writer.add(row, steps, ops)
+
+    def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+        """Run ``specs`` in order and return their rows (also written to the store).
+
+        Calling it again on the same runner continues the same invocation and file.
+        """
+        probes = self.probe_all([spec.backend for spec in specs])
+        facts = {backend: facts_for(probe_result, backend) for backend, probe_result in probes.items()}
+        done = self.already_done()
+        executor = self.executor
+        rows: list[dict[str, Any]] = []
+        for index, spec in enumerate(specs):
+            fact = facts[spec.backend]
+            if self.resume_key(spec, fact) in done:
+                self.resumed.append(spec)
+                continue
+            self.observer.on_start(index, len(specs), spec)
+            try:
+                availability = probes[spec.backend]["backends"][spec.backend]
+                result = executor.run(spec, availability, lambda event, spec=spec: self.observer.on_event(spec, event))
+                row, steps, ops = row_for(spec, self.invocation_id, self.tags, fact, result)
+                self.write(row, steps, ops)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
+                self.interrupted = True
+                break
+            rows.append(row)
+            self.observer.on_finish(spec, row)
+        return rows

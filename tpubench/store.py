@@ -14,6 +14,11 @@ never share a file, so concurrent suites in one directory lose nothing. pandas
 (``read_parquet('results/runs/*/*.parquet', hive_partitioning=true, union_by_name=true)``)
 read it directly; :func:`load_runs`, :func:`load_steps` and :func:`load_ops` add schema
 evolution and skip corrupt files with a warning.
+
+A store may also live in object storage: ``s3://bucket/prefix`` or ``gs://bucket/prefix``
+(fsspec, with s3fs or gcsfs installed: the ``[cloud]`` extra). Object stores have no
+rename, so there each file is written whole in one PUT, which readers see entirely or not
+at all; a PUT cut short leaves no object.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,8 +46,59 @@ class StoreError(Exception):
     """A results directory that cannot be read (missing, not a directory)."""
 
 
+def is_remote(results: str | Path) -> bool:
+    """Whether ``results`` names object storage (``s3://...``) rather than a local directory."""
+    return "://" in str(results) and not str(results).startswith("file://")
+
+
+class Location:
+    """Where a store lives, for code that must work on a local directory and a bucket alike:
+    the fsspec file system, and the root path (local: absolute; remote: bucket/prefix)."""
+
+    def __init__(self, results: str | Path):
+        self.url = str(results)
+        if is_remote(results):
+            self.fs, self.root = fsspec.core.url_to_fs(self.url)
+            self.root = self.root.rstrip("/")
+        else:
+            self.fs, self.root = fsspec.filesystem("file"), str(Path(results).resolve())
+
+    @property
+    def remote(self) -> bool:
+        return is_remote(self.url)
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def display(self, path: str) -> str:
+        """``path`` as a user would type it: with its ``s3://`` scheme where it has one."""
+        return self.fs.unstrip_protocol(path) if self.remote else path
+
+    def glob(self, *parts: str) -> list[str]:
+        return sorted(self.fs.glob(self.join(*parts)))
+
+    def exists(self) -> bool:
+        return self.fs.exists(self.root) if self.remote else Path(self.root).is_dir()
+
+    def write_table(self, table: pa.Table, path: str) -> None:
+        """Write ``table`` to ``path`` so that readers see the old file or the new one."""
+        if not self.remote:
+            write_atomic(table, Path(path))
+            return
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        self.fs.pipe_file(path, buffer.getvalue().to_pybytes())  # one PUT: whole or absent
+
+    def read_table(self, path: str) -> pa.Table:
+        return pq.read_table(path, filesystem=self.fs) if self.remote else pq.read_table(path)
+
+
 def partition_dir(results_dir: Path, table: str, when: datetime) -> Path:
-    return Path(results_dir) / table / f"date={when:%Y-%m-%d}"
+    return Path(results_dir) / table / partition(when)
+
+
+def partition(when: datetime) -> str:
+    return f"date={when:%Y-%m-%d}"
 
 
 def write_atomic(table: pa.Table, path: Path) -> None:
@@ -74,15 +131,16 @@ def to_table(rows: list[dict[str, Any]], table: str) -> pa.Table:
 class InvocationWriter:
     """Accumulates one invocation's rows and keeps its files current after each run."""
 
-    def __init__(self, results_dir: Path, invocation_id: str, started_at: datetime):
+    def __init__(self, results_dir: str | Path, invocation_id: str, started_at: datetime):
+        self._location = Location(results_dir)
         self._paths = {
-            name: partition_dir(results_dir, name, started_at) / f"{invocation_id}.parquet" for name in TABLES
+            name: self._location.join(name, partition(started_at), f"{invocation_id}.parquet") for name in TABLES
         }
         self._rows: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
 
     @property
-    def paths(self) -> dict[str, Path]:
-        return dict(self._paths)
+    def paths(self) -> dict[str, str]:
+        return {name: self._location.display(path) for name, path in self._paths.items()}
 
     def add(
         self, run: dict[str, Any], steps: Iterable[dict[str, Any]] = (), ops: Iterable[dict[str, Any]] = ()
@@ -93,14 +151,14 @@ class InvocationWriter:
         for name, path in self._paths.items():
             if name in WRITTEN_WHEN_FILLED and not self._rows[name]:
                 continue
-            write_atomic(to_table(self._rows[name], name), path)
+            self._location.write_table(to_table(self._rows[name], name), path)
 
 
-def parquet_files(results_dir: Path, table: str) -> list[Path]:
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
+def parquet_files(results_dir: str | Path, table: str) -> list[str]:
+    location = Location(results_dir)
+    if not location.exists():
         raise StoreError(f"results directory {str(results_dir)!r} does not exist")
-    return sorted((results_dir / table).glob("date=*/*.parquet"))
+    return location.glob(table, "date=*", "*.parquet")
 
 
 def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
@@ -115,9 +173,10 @@ def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
     if unknown:
         raise ValueError(f"cannot filter on {sorted(unknown)}; columns: {', '.join(schema.names)}")
     pieces = [schema.empty_table()]
+    location = Location(results_dir)
     for path in parquet_files(results_dir, table):
         try:
-            pieces.append(pq.read_table(path))
+            pieces.append(location.read_table(path))
         except (pa.ArrowException, OSError) as error:
             warnings.warn(f"skipping unreadable results file {path}: {error}", stacklevel=2)
     frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
@@ -156,7 +215,7 @@ def load_ops(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.Data
     return load_table(results_dir, "ops", **filters)
 
 
-def replace_run_ops(results_dir: Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:
     """Replace ``run``'s rows of the ops table by ``rows`` (``tpubench ops --ingest``).
 
     They live in the file of the run's invocation, next to its runs file (same date
@@ -164,13 +223,24 @@ def replace_run_ops(results_dir: Path, run: dict[str, Any], rows: list[dict[str,
     Returns that file's path.
     """
     invocation = run["invocation_id"]
-    runs_files = sorted((Path(results_dir) / "runs").glob(f"date=*/{invocation}.parquet"))
+    location = Location(results_dir)
+    runs_files = location.glob("runs", "date=*", f"{invocation}.parquet")
     if not runs_files:
         raise StoreError(f"no runs file for invocation {invocation!r} under {results_dir}")
-    path = Path(results_dir) / "ops" / runs_files[0].parent.name / runs_files[0].name
+    date_dir, name = runs_files[0].split("/")[-2:]
+    path = location.join("ops", date_dir, name)
     kept = []
-    if path.exists():
-        kept = [row for row in pq.read_table(path).to_pylist() if row["run_id"] != run["run_id"]]
+    if location.fs.exists(path):
+        kept = [row for row in location.read_table(path).to_pylist() if row["run_id"] != run["run_id"]]
     fresh = [{"run_id": run["run_id"], "invocation_id": invocation, **row} for row in rows]
-    write_atomic(to_table(kept + fresh, "ops"), path)
-    return path
+    location.write_table(to_table(kept + fresh, "ops"), path)
+    return Path(path) if not location.remote else location.display(path)
+
+
+def upload_trace(results: str, run_id: str, local_dir: str, local_path: str) -> str:
+    """Copy a run's trace folder, written locally by its worker, to ``results/traces/<run_id>/``
+    in object storage; returns the URL of the file that ``local_path`` named there."""
+    location = Location(results)
+    target = location.join("traces", run_id)
+    location.fs.put(local_dir.rstrip("/") + "/", target, recursive=True)
+    return location.display(f"{target}/{Path(local_path).relative_to(local_dir).as_posix()}")
