@@ -88,6 +88,7 @@ RUNS = pa.schema(
         ("chip_wait_s", _float),
         ("host_load_1m", _float),
         ("host_other_cpu_share", _float),
+        ("ray_node_id", _string),
         ("host", _string),
         ("cpu_model", _string),
         ("device_count", _int),

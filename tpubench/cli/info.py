@@ -10,8 +10,9 @@ from rich.table import Table
 
 from tpubench import __version__
 from tpubench.backends import BACKENDS
-from tpubench.cli.common import app, console, pythons, select_workloads
+from tpubench.cli.common import BadInput, app, choose, console, pythons, select_workloads
 from tpubench.fingerprint import git_sha, host_facts
+from tpubench.launchers import ray as ray_launcher
 from tpubench.runner import SuiteRunner
 from tpubench.store import DEFAULT_RESULTS_DIR
 
@@ -54,30 +55,53 @@ def list_workloads(
 def show_env(
     python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    on: Annotated[str, typer.Option(help="local, or ray: one probe per node kind of the Ray cluster.")] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster for --on ray (default: RAY_ADDRESS, auto).")
+    ] = None,
 ) -> None:
     """Show every backend, available or not (and why), with device, versions and host."""
-    runner = SuiteRunner(results_dir=DEFAULT_RESULTS_DIR, pythons=pythons(python))
-    probes = runner.probe_all(list(BACKENDS))
-    info = {
-        "tpubench_version": __version__,
-        "git_sha": git_sha(),
-        **host_facts(),
-        "backends": {
-            name: {
-                **probe["backends"][name],
-                "python": probe["executable"],
-                "python_version": probe["python_version"],
-                "torch_version": probe["torch_version"],
-            }
-            for name, probe in probes.items()
-        },
-    }
+    choose("launcher (--on)", [on], ["local", "ray"])
+    if on == "ray":
+        show_fleet(pythons(python), ray_address, as_json)
+        return
+    probes = SuiteRunner(results_dir=DEFAULT_RESULTS_DIR, pythons=pythons(python)).probe_all(list(BACKENDS))
+    info = {"tpubench_version": __version__, "git_sha": git_sha(), **host_facts(), "backends": flatten(probes)}
     if as_json:
         print(json.dumps(info, indent=2))
         return
     console.print(f"tpubench {info['tpubench_version']} (git {info['git_sha'] or 'n/a'}) on {info['host']}")
     console.print(f"cpu: {info['cpu_model']}; os: {info['os']}", highlight=False)
     console.print(backends_table(info["backends"]))
+
+
+def flatten(probes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Backend -> its availability with the interpreter's python and torch versions."""
+    return {
+        name: {
+            **probe["backends"][name],
+            "python": probe["executable"],
+            "python_version": probe["python_version"],
+            "torch_version": probe["torch_version"],
+        }
+        for name, probe in probes.items()
+    }
+
+
+def show_fleet(interpreters: dict[str, str], address: str | None, as_json: bool) -> None:
+    """``env --on ray``: per node kind of the cluster, what its backends can do."""
+    try:
+        fleet = ray_launcher.probe_fleet(list(BACKENDS), interpreters, address)
+    except (RuntimeError, ConnectionError) as error:
+        raise BadInput(f"--on ray: {error}") from error
+    kinds = [{**kind, "backends": flatten(kind.pop("probes"))} for kind in fleet]
+    if as_json:
+        print(json.dumps(kinds, indent=2))
+        return
+    for kind in kinds:
+        nodes = ", ".join(kind["nodes"])
+        console.print(f"node kind [{kind['kind']}]: {len(kind['nodes'])} node(s) ({nodes}); probed on {kind['host']}")
+        console.print(backends_table(kind["backends"]))
 
 
 def backends_table(backends: dict[str, dict[str, Any]]) -> Table:

@@ -28,6 +28,7 @@ from tpubench.cli.common import (
     select_workloads,
     writable_dir,
 )
+from tpubench.launchers import ray as ray_launcher
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR
@@ -100,6 +101,12 @@ def run(
     ] = None,
     wide: Annotated[bool, typer.Option(help="Every summary column, however wide the terminal.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The rows as JSON on stdout; progress on stderr.")] = False,
+    on: Annotated[
+        str, typer.Option(help="Where runs execute: local, or ray (one task per run on a cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster to join with --on ray (default: RAY_ADDRESS, else auto).")
+    ] = None,
 ) -> None:
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
     chosen_workloads = select_workloads(suite, workload)
@@ -147,10 +154,18 @@ def run(
         out.print(note, markup=False, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
+    choose("launcher (--on)", [on], list(LAUNCHERS))
+    if on == "ray" and resume:
+        raise BadInput("--resume is not supported with --on ray: each node's fingerprint is known only once it runs")
+    if on == "ray":
+        try:
+            ray_launcher.connect(ray_address)
+        except (RuntimeError, ConnectionError) as error:
+            raise BadInput(f"--on ray: {error}") from error
     runner = SuiteRunner(results_dir=results_dir, pythons=pythons(python), tags=key_values("--tag", tag), resume=resume)
-    if not chosen_backends:  # by default, only what this machine can run
-        probes = runner.probe_all(list(BACKENDS))
-        specs = [spec for spec in specs if probes[spec.backend]["backends"][spec.backend]["available"]]
+    if not chosen_backends:  # by default, only what this machine (or the fleet) can run
+        available = fleet_backends(python, ray_address) if on == "ray" else local_backends(runner)
+        specs = [spec for spec in specs if spec.backend in available]
     with (
         _sigterm_as_interrupt() as received,
         Progress(
@@ -164,7 +179,7 @@ def run(
         ) as progress,
     ):
         runner.observer = ProgressObserver(progress, len(specs))
-        rows = runner.run(specs)
+        rows = runner.run(specs) if on == "local" else ray_launcher.run(runner, specs, ray_address)
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
     if runner.resumed:
@@ -179,6 +194,23 @@ def run(
     if runner.interrupted:
         out.print("interrupted: finished runs were saved")
         raise typer.Exit(128 + (received[0] if received else signal.SIGINT))
+
+
+LAUNCHERS = ("local", "ray")
+
+
+def local_backends(runner: SuiteRunner) -> set[str]:
+    probes = runner.probe_all(list(BACKENDS))
+    return {name for name, probe in probes.items() if probe["backends"][name]["available"]}
+
+
+def fleet_backends(python: list[str] | None, address: str | None) -> set[str]:
+    """The backends some node kind of the Ray cluster can run."""
+    try:
+        fleet = ray_launcher.probe_fleet(list(BACKENDS), pythons(python), address)
+    except (RuntimeError, ConnectionError) as error:
+        raise BadInput(f"--on ray: {error}") from error
+    return {name for kind in fleet for name, probe in kind["probes"].items() if probe["backends"][name]["available"]}
 
 
 def left_out(workloads: list[Workload], sizes: list[str], modes: list[str]) -> list[str]:

@@ -1,0 +1,95 @@
+"""``--on ray`` on a real local Ray cluster, inside a network namespace that has only loopback.
+
+Ray binds this machine's interface address even when told 127.0.0.1, and no test may talk
+to any address but loopback; in a namespace with only ``lo``, Ray uses 127.0.0.1. The head
+node declares ``TPU: 4`` so that TPU placement is exercised: its tpu rows are then
+``unavailable`` (no chip here), which is the honest answer. Needs root (``unshare -n``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, command
+
+from tpubench import store
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="install the [ray] extra"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="unshare -n needs root"),
+]
+
+RUN = (
+    "run --workload fault-ok --workload fault-segfault --backend cpu --backend tpu --backend cuda "
+    "--mode infer --steps 2 --warmup 1"
+)
+
+
+def in_loopback_namespace(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``script`` (bash) in a new network namespace with a local Ray head on 127.0.0.1."""
+    ray = str(Path(sys.executable).with_name("ray"))
+    head = (
+        f"{ray} start --head --node-ip-address 127.0.0.1 --num-cpus 2 --resources '{{\"TPU\": 4}}' "
+        "--include-dashboard false --disable-usage-stats > /dev/null"
+    )
+    full = f"set -e\nip link set lo up\n{head}\ntrap '{ray} stop --force > /dev/null 2>&1' EXIT\n{script}\n"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
+    return subprocess.run(
+        ["unshare", "-n", "bash", "-c", full], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def fault_env() -> None:
+    """The test-only fault workloads, in this process and (through `ray start`'s env) on the node."""
+    tests = str(Path(__file__).resolve().parent)
+    saved = {key: os.environ.get(key) for key in ("TPUBENCH_WORKLOAD_MODULES", "PYTHONPATH")}
+    os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, saved["PYTHONPATH"]]))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def test_a_suite_on_ray_gives_the_rows_a_local_run_gives(fault_env: None, tmp_path: Path) -> None:
+    on_ray, local = tmp_path / "ray", tmp_path / "local"
+    cli = shlex.join(command(f"{RUN} --on ray --results {on_ray}"))
+    result = in_loopback_namespace(f"{cli}\n{shlex.join(command('env --on ray --json'))}")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    fleet = json.loads(result.stdout[result.stdout.index("[\n") :])
+    assert len(fleet) == 1 and "TPU 4" in fleet[0]["kind"] and fleet[0]["backends"]["cpu"]["available"]
+
+    local_result = subprocess.run(command(f"{RUN} --results {local}"), capture_output=True, text=True, cwd=ROOT)
+    assert local_result.returncode == 0, local_result.stderr
+
+    remote_rows = store.load_runs(on_ray).set_index(["workload", "backend"]).sort_index()
+    local_rows = store.load_runs(local).set_index(["workload", "backend"]).sort_index()
+    assert list(remote_rows.index) == list(local_rows.index)
+    assert (remote_rows.status == local_rows.status).all(), remote_rows.status
+    assert remote_rows.loc[("fault-ok", "cpu"), "status"] == "ok"
+    assert "SIGSEGV" in remote_rows.loc[("fault-segfault", "cpu"), "error"]
+    # a declared TPU resource places the run; the node then says it has no chip
+    assert remote_rows.loc[("fault-ok", "tpu"), "error"] == "no TPU chip on this host"
+    # no node has a GPU: unavailable at once, never queued
+    assert "no node in the Ray cluster offers" in remote_rows.loc[("fault-ok", "cuda"), "error"]
+    ok = remote_rows.loc[("fault-ok", "cpu")]
+    assert ok.ray_node_id and ok.median_step_ms > 0 and ok.invocation_id == remote_rows.invocation_id.iloc[0]
+    # the same columns are filled as in a local run, plus where it ran
+    filled = [{c for c, v in rows.loc[("fault-ok", "cpu")].items() if is_set(v)} for rows in (remote_rows, local_rows)]
+    assert filled[0] - filled[1] == {"ray_node_id"} and filled[1] - filled[0] == set()
+
+
+def is_set(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
