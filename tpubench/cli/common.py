@@ -6,6 +6,7 @@ Bad input (an unknown name, a nonsense number) raises :class:`BadInput`, which
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from typer.exceptions import TyperException
 
+from tpubench import store
 from tpubench.backends import BACKENDS
 from workloads import Workload, registry, suites
 
@@ -88,6 +90,21 @@ def writable_dir(option: str, path: Path) -> Path:
     except OSError as error:
         raise BadInput(f"{option} {path}: cannot write there ({error.strerror or error})") from error
     return path.resolve()
+
+
+def writable_results(text: str) -> str | Path:
+    """``--results``: a local directory (see :func:`writable_dir`) or an object-store URL,
+    which gets a real write too (a probe object, removed), before anything runs."""
+    if not store.is_remote(text):
+        return writable_dir("--results", Path(text))
+    try:
+        location = store.Location(text)
+        probe = location.join(f".tpubench-write-check-{os.getpid()}")
+        location.fs.pipe_file(probe, b"")
+        location.fs.rm(probe)
+    except Exception as error:  # fsspec back ends raise their own types: a missing package, a denied bucket
+        raise BadInput(f"--results {text}: cannot write there ({type(error).__name__}: {error})") from error
+    return text
 
 
 def select_workloads(suite: str | None, names: list[str] | None) -> list[Workload]:

@@ -27,6 +27,7 @@ from tpubench.cli.common import (
     pythons,
     select_workloads,
     writable_dir,
+    writable_results,
 )
 from tpubench.launchers import ray as ray_launcher
 from tpubench.runner import SuiteRunner, plan
@@ -121,7 +122,7 @@ def run(
         compile_cache = writable_dir("--compile-cache", compile_cache)
     if not results.strip():
         raise BadInput("--results needs a directory")
-    results_dir = writable_dir("--results", Path(results))
+    results_dir = writable_results(results)
     if seq_len is not None and prompt_len is not None:
         raise BadInput("--seq-len and --prompt-len are the same setting; give one")
     batch_sizes = int_list("--batch-size", batch_size)

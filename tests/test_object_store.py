@@ -1,0 +1,131 @@
+"""Results in object storage, against a real S3-compatible server (moto's) on 127.0.0.1.
+
+Not a mock of the client: s3fs talks HTTP to a server this test starts, and the CLI, the
+store, pandas and DuckDB all go through it. The endpoint reaches every process through
+fsspec's environment configuration (``FSSPEC_S3_ENDPOINT_URL``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+from helpers import tpubench, wait_for
+
+from tpubench import store
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("s3fs") is None or shutil.which("moto_server") is None,
+    reason="install the [cloud] extra and moto[server]",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def accepting(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with one bucket; yields the bucket's URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [shutil.which("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    saved = dict(os.environ)
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        FSSPEC_S3_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+    )
+    try:
+        wait_for(lambda: accepting(port), "the S3 server's port", timeout=60)
+        import fsspec
+
+        fsspec.config.set_conf_env(fsspec.config.conf)  # this process read the environment at import
+        fs = fsspec.filesystem("s3", skip_instance_cache=True)
+        fs.mkdir("tpubench-results")
+        yield "s3://tpubench-results"
+    finally:
+        server.kill()
+        server.wait()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_a_run_writes_to_the_bucket_and_every_reader_reads_it(s3: str) -> None:
+    results = f"{s3}/nightly"
+    result = tpubench(
+        f"run --workload gpt2 --backend cpu --mode infer --steps 2 --warmup 1 --profile --results {results}"
+    )
+    assert result.returncode == 0, result.stderr
+    [row] = store.load_runs(results).to_dict("records")
+    assert row["status"] == "ok" and row["median_step_ms"] > 0
+    assert len(store.load_steps(results, run_id=row["run_id"], phase="measure")) == 2
+    location = store.Location(results)
+    assert row["trace_path"].startswith(f"{results}/traces/{row['run_id']}/")
+    assert location.fs.exists(row["trace_path"])  # uploaded from the worker's staging folder
+    assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("tpubench-trace-*")]
+
+    # pandas through fsspec (pyarrow's own S3 client would ask AWS where the bucket is)
+    frame = pd.read_parquet(location.join("runs"), filesystem=location.fs)
+    assert list(frame.run_id) == [row["run_id"]]
+    connection = duckdb.connect()
+    connection.register_filesystem(location.fs)
+    count = connection.sql(f"select count(*) from read_parquet('{results}/runs/*/*.parquet', hive_partitioning=true)")
+    assert count.fetchall() == [(1,)]
+
+
+def test_a_bucket_that_cannot_be_written_is_refused_before_anything_runs(s3: str) -> None:
+    result = tpubench("run --workload gpt2 --backend cpu --mode infer --results s3://no-such-bucket/x")
+    assert result.returncode == 2 and result.stderr.startswith("error: --results s3://no-such-bucket/x: cannot write")
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from datetime import UTC, datetime
+    from tpubench import store
+    writer = store.InvocationWriter(sys.argv[1], "victim", datetime(2026, 12, 1, tzinfo=UTC))
+    big = "x" * 2_000_000
+    i = 0
+    while True:
+        writer.add({"run_id": f"r{i}", "status": "ok", "error": big, "stderr_tail": big})
+        print(i, flush=True)
+        i += 1
+""")
+
+
+@pytest.mark.parametrize("uploads_before_kill", [1, 3])
+def test_an_upload_cut_short_leaves_no_readable_partial_file(s3: str, uploads_before_kill: int) -> None:
+    """SIGKILL a writer mid-upload (each file carries MBs): readers see the last whole file."""
+    results = f"{s3}/torn-{uploads_before_kill}"
+    process = subprocess.Popen([sys.executable, "-c", WRITER, results], stdout=subprocess.PIPE, text=True)
+    for _ in range(uploads_before_kill):
+        assert process.stdout.readline(), "the writer died before its announced uploads"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no object may be unreadable
+        runs = store.load_runs(results)
+    assert len(runs) >= uploads_before_kill
