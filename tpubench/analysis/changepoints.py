@@ -1,0 +1,134 @@
+"""Change points in the history of each series: which invocation (and git sha) shifted a metric.
+
+A series is one configuration, (workload, size, mode, dtype, backend, device, shape), over
+time; each invocation contributes one point, the median of its runs' medians. Detection is
+ruptures' PELT on the log values (a multiplicative shift is a step there), and every
+change it proposes must then pass a Mann-Whitney test between the points of the segments
+either side, a minimum relative shift, and a minimum segment length on both sides, so a
+single slow night is never reported and a shift is reported only once it has persisted.
+
+Why ruptures: it is small (numpy and scipy), maintained, and exact (PELT); it has no
+significance test of its own, hence the test afterwards. Apache Otava (the Hunter/
+E-divisive line of work, with a test built in) would fit, but 0.8.0 pins numpy 2.2 and
+scipy < 1.17 and pulls cloud SDKs, which a plain install of tpubench must not do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import ruptures
+from scipy import stats
+
+#: what makes a series: one configuration measured over time
+SERIES_KEYS = ("workload", "size", "mode", "dtype", "backend", "device", "batch_size", "seq_len", "gen_len")
+#: metrics where a larger value is worse
+LOWER_IS_BETTER = ("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes")
+
+COLUMNS = [
+    *SERIES_KEYS,
+    "metric",
+    "started_at",
+    "invocation_id",
+    "git_sha",
+    "before",
+    "after",
+    "change_pct",
+    "p_value",
+    "points_before",
+    "points_after",
+    "direction",
+]
+
+
+@dataclass(frozen=True)
+class ChangePointSettings:
+    min_points: int = 3  # a segment must last this many invocations (a shift must persist)
+    alpha: float = 0.01  # Mann-Whitney p between the two segments
+    min_change: float = 0.05  # relative shift of the segment medians
+    penalty: float | None = None  # PELT's penalty on log values; None: 2 x noise variance x log(n) (BIC-like)
+
+
+def series_points(runs: pd.DataFrame, metric: str = "median_step_ms") -> pd.DataFrame:
+    """One point per (series, invocation): the median of the invocation's ok runs, in time order.
+
+    Columns: the series keys, invocation_id, git_sha, started_at (the invocation's first run)
+    and value.
+    """
+    ok = runs[(runs["status"] == "ok") & runs[metric].notna()]
+    grouped = ok.groupby([*SERIES_KEYS, "invocation_id"], dropna=False, sort=False)
+    points = grouped.agg(started_at=("started_at", "min"), git_sha=("git_sha", "first"), value=(metric, "median"))
+    return points.reset_index().sort_values([*SERIES_KEYS, "started_at"], na_position="first").reset_index(drop=True)
+
+
+def _noise_variance(values: np.ndarray) -> float:
+    """Robust variance of the points around their level: from the median absolute successive
+    difference, which a few steps barely move (a plain variance would count the shifts)."""
+    diffs = np.abs(np.diff(values))
+    sigma = 1.4826 * float(np.median(diffs)) / math.sqrt(2) if diffs.size else 0.0
+    return max(sigma**2, 1e-8)
+
+
+def detect(values: np.ndarray, settings: ChangePointSettings) -> list[int]:
+    """Indices where a new segment starts in ``values`` (a positive series), tested as described above."""
+    if values.size < 2 * settings.min_points:
+        return []
+    logs = np.log(values)
+    penalty = settings.penalty or 2 * _noise_variance(logs) * math.log(values.size)
+    proposed = ruptures.Pelt(model="l2", min_size=settings.min_points, jump=1).fit(logs).predict(pen=penalty)
+    bounds = [0, *proposed]  # proposed ends with len(values)
+    kept: list[int] = []
+    for left, middle, right in zip(bounds, bounds[1:], bounds[2:], strict=False):
+        before, after = values[left:middle], values[middle:right]
+        if min(before.size, after.size) < settings.min_points:
+            continue
+        change = np.median(after) / np.median(before) - 1
+        p_value = stats.mannwhitneyu(before, after).pvalue
+        if abs(change) >= settings.min_change and p_value < settings.alpha:
+            kept.append(middle)
+    return kept
+
+
+def change_points(
+    runs: pd.DataFrame, metric: str = "median_step_ms", settings: ChangePointSettings | None = None
+) -> pd.DataFrame:
+    """Every tested change point of every series of ``runs`` (a runs-table frame) for ``metric``.
+
+    One row per change: the series, the first invocation after the shift (``started_at``,
+    ``invocation_id``, ``git_sha``: where to look), the medians of the points before and after
+    (in the segments either side), the change in percent, the Mann-Whitney p-value, the
+    points on each side and ``direction`` ("regression" or "improvement", by the metric's
+    better direction). Columns: :data:`COLUMNS`.
+    """
+    settings = settings or ChangePointSettings()
+    points = series_points(runs, metric)
+    rows = []
+    worse_up = metric in LOWER_IS_BETTER or metric.endswith(("_ms", "_s", "_bytes"))
+    for key, series in points.groupby(list(SERIES_KEYS), dropna=False, sort=False):
+        values = series["value"].to_numpy(dtype=float)
+        starts = detect(values, settings)
+        bounds = [0, *starts, values.size]
+        for index, start in enumerate(starts):
+            before, after = values[bounds[index] : start], values[start : bounds[index + 2]]
+            point = series.iloc[start]
+            change = float(np.median(after) / np.median(before) - 1)
+            rows.append(
+                {
+                    **dict(zip(SERIES_KEYS, key, strict=True)),
+                    "metric": metric,
+                    "started_at": point["started_at"],
+                    "invocation_id": point["invocation_id"],
+                    "git_sha": point["git_sha"],
+                    "before": float(np.median(before)),
+                    "after": float(np.median(after)),
+                    "change_pct": 100 * change,
+                    "p_value": float(stats.mannwhitneyu(before, after).pvalue),
+                    "points_before": before.size,
+                    "points_after": after.size,
+                    "direction": "regression" if (change > 0) == worse_up else "improvement",
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)

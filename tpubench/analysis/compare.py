@@ -1,0 +1,558 @@
+"""Baseline against candidate: ratios with confidence intervals, significance, and a verdict per metric.
+
+Stateless functions over the runs and steps tables (no I/O, no printing), shared by
+``tpubench compare``, ``tpubench ci``, the reports and the dashboard.
+
+Why a verdict needs more than a test on two runs' samples: on a shared host most noise
+is *between* processes (three identical gpt2-tiny runs in a row had medians of 7.79,
+4.60 and 4.71 ms while each run's own samples were tight), so a Mann-Whitney test of one
+run's samples against another's calls that a regression. A verdict here therefore needs
+all of:
+
+1. repeated runs on each side (:attr:`Settings.min_runs`: one run cannot show its own
+   between-run noise) and enough raw samples (:attr:`Settings.min_samples`);
+2. the ratio of medians beyond the metric's threshold, with a 95% CI that excludes 1;
+   the CI comes from a two-level bootstrap (runs, then samples within a run), so with
+   repeated runs it carries the between-run spread;
+3. a significance test on the raw samples (Mann-Whitney U, p below :attr:`Settings.alpha`);
+4. a change beyond the between-run noise: ``z`` standard errors of the log run medians,
+   whose spread is measured from the runs themselves when each side has two or more and
+   never taken below :attr:`Settings.noise_floor` (what calibration on a shared host found
+   between identical runs; ``benchmarks/regression_calibration.py``).
+
+A change that passes 2 but not 3-4 is ``inconclusive`` (more repeats would tell), never a
+regression. Status, new recompilations and new CPU-fallback ops regress whatever the
+numbers say.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from tpubench.hostload import BUSY_SHARE
+
+#: what two runs must share to be compared
+PAIR_KEYS = ("workload", "size", "mode", "dtype", "batch_size", "seq_len", "gen_len")
+#: also shared, unless the two selections have none in common (GPU against TPU)
+SIDE_KEYS = ("backend", "device")
+#: statuses that measured nothing: left out of comparisons
+UNTIMED = frozenset({"unavailable", "skipped"})
+#: a candidate in one of these, where the baseline was ok, has regressed
+BAD_STATUSES = frozenset({"failed", "crashed", "mismatch", "oom", "timeout"})
+VERDICTS = ("regressed", "improved", "unchanged", "inconclusive", "unpaired")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One compared quantity: where its values come from, which way is better, what change counts."""
+
+    name: str
+    label: str
+    unit: str
+    better: str  # "lower" or "higher"
+    threshold: float  # relative change that counts (0.05: 5%)
+    kind: str  # "sampled" (a steps column), "run" (a runs column, one value per run), "throughput"
+    column: str
+    min_delta: float = 0.0  # and an absolute change of at least this much, in ``unit``
+    scale: float = 1.0  # column value x scale = value in ``unit``
+
+
+#: the default step-time threshold: the smallest slowdown calibration detected reliably
+STEP_THRESHOLD = 0.05
+
+METRICS: tuple[Metric, ...] = (
+    Metric("step", "step time", "ms", "lower", STEP_THRESHOLD, "sampled", "step_ms"),
+    Metric("throughput", "throughput", "tokens/s", "higher", STEP_THRESHOLD, "throughput", "tokens_per_s"),
+    Metric("ttft", "TTFT", "ms", "lower", STEP_THRESHOLD, "sampled", "ttft_ms"),
+    Metric("tpot", "TPOT", "ms", "lower", STEP_THRESHOLD, "sampled", "tpot_ms"),
+    # one cold compile per run, which varies far more than a step: looser, and 1 s at least
+    Metric("first_step", "first step", "s", "lower", 0.5, "run", "first_step_s", min_delta=1.0),
+    Metric("compile", "compile time", "s", "lower", 0.5, "run", "compile_s", min_delta=1.0),
+    Metric("peak_mem", "peak memory", "MiB", "lower", 0.10, "run", "peak_mem_bytes", min_delta=32.0, scale=2**-20),
+)
+METRIC_NAMES = (*(m.name for m in METRICS), "status", "recompiles", "fallback_ops")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a verdict needs; the defaults are the ones calibration led to (see module doc)."""
+
+    alpha: float = 0.01  # Mann-Whitney p below this on the raw samples
+    noise_floor: float = 0.05  # between-run spread (sd of log run medians) assumed at least
+    z: float = 2.0  # the change must exceed z standard errors of the between-run noise
+    min_samples: int = 5  # per side, for a sampled metric
+    min_runs: int = 2  # per side, for a regressed or improved verdict on a sampled metric
+    confidence: float = 0.95
+    resamples: int = 1000
+    seed: int = 0
+    thresholds: Mapping[str, float] = field(default_factory=dict)  # metric name -> relative threshold
+
+    def metric(self, metric: Metric) -> Metric:
+        return replace(metric, threshold=self.thresholds[metric.name]) if metric.name in self.thresholds else metric
+
+
+COLUMNS = [
+    *PAIR_KEYS,
+    "base_backend",
+    "test_backend",
+    "base_device",
+    "test_device",
+    "metric",
+    "unit",
+    "better",
+    "base_value",
+    "test_value",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "noise_pct",
+    "threshold_pct",
+    "base_runs",
+    "test_runs",
+    "base_samples",
+    "test_samples",
+    "host_busy_runs",
+    "verdict",
+    "reason",
+]
+
+
+def pair_keys(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame) -> list[str]:
+    """:data:`PAIR_KEYS`, plus backend and device where the two selections share any value."""
+    keys = list(PAIR_KEYS)
+    for column in SIDE_KEYS:
+        if set(baseline_runs[column].dropna()) & set(candidate_runs[column].dropna()):
+            keys.append(column)
+    return keys
+
+
+def _timed(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[~runs["status"].isin(UNTIMED)]
+
+
+def _groups(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, pd.DataFrame]:
+    return {
+        (key if isinstance(key, tuple) else (key,)): group for key, group in runs.groupby(keys, dropna=False, sort=True)
+    }
+
+
+def _sides(runs: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    """``runs`` split by the side columns not in ``keys`` (one part when all are keys)."""
+    rest = [c for c in SIDE_KEYS if c not in keys]
+    return list(_groups(runs, rest).items()) if rest else [((), runs)]
+
+
+def compare_runs(
+    baseline_runs: pd.DataFrame,
+    candidate_runs: pd.DataFrame,
+    baseline_steps: pd.DataFrame,
+    candidate_steps: pd.DataFrame,
+    settings: Settings | None = None,
+    keys: list[str] | None = None,
+) -> pd.DataFrame:
+    """One row per (pair, metric): values, ratio (candidate / baseline), CI, p-value, verdict and why.
+
+    Runs pair on ``keys`` (default :func:`pair_keys`); several runs of one configuration on a
+    side (repeats) are pooled. A configuration on one side only gives an ``unpaired`` row, so
+    nothing is left out silently. Runs that measured nothing (unavailable, skipped) are left
+    out. The steps frames are :func:`tpubench.store.load_steps` rows (phase ``measure`` is used).
+    Columns: :data:`COLUMNS`.
+    """
+    settings = settings or Settings()
+    baseline_runs, candidate_runs = _timed(baseline_runs), _timed(candidate_runs)
+    keys = keys or pair_keys(baseline_runs, candidate_runs)
+    steps = pd.concat([baseline_steps, candidate_steps], ignore_index=True)
+    steps = steps[steps["phase"] == "measure"]
+    samples = {run_id: group for run_id, group in steps.groupby("run_id")}
+    base_groups, test_groups = _groups(baseline_runs, keys), _groups(candidate_runs, keys)
+    rows: list[dict[str, Any]] = []
+    for key in sorted(set(base_groups) | set(test_groups), key=lambda k: tuple(str(v) for v in k)):
+        identity = dict(zip(keys, key, strict=True))
+        base, test = base_groups.get(key), test_groups.get(key)
+        if base is None or test is None:
+            present = base if test is None else test
+            for _, side in _sides(present, keys):
+                rows.append(_unpaired(identity, side, missing="candidate" if test is None else "baseline"))
+            continue
+        for _, base_side in _sides(base, keys):
+            for _, test_side in _sides(test, keys):
+                rows.extend(_compare_pair(identity, base_side, test_side, samples, settings))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _identity(identity: dict[str, Any], base: pd.DataFrame | None, test: pd.DataFrame | None) -> dict[str, Any]:
+    row = {key: identity.get(key) for key in PAIR_KEYS}
+    for column in SIDE_KEYS:
+        row[f"base_{column}"] = base[column].iloc[0] if base is not None else None
+        row[f"test_{column}"] = test[column].iloc[0] if test is not None else None
+    return row
+
+
+def _unpaired(identity: dict[str, Any], runs: pd.DataFrame, missing: str) -> dict[str, Any]:
+    present = "baseline" if missing == "candidate" else "candidate"
+    row = _identity(identity, runs if present == "baseline" else None, runs if present == "candidate" else None)
+    row.update(
+        metric="-",
+        verdict="unpaired",
+        reason=f"only in the {present} ({len(runs)} run(s)): no {missing} run with this configuration",
+        base_runs=len(runs) if present == "baseline" else 0,
+        test_runs=len(runs) if present == "candidate" else 0,
+    )
+    return row
+
+
+def _compare_pair(
+    identity: dict[str, Any],
+    base: pd.DataFrame,
+    test: pd.DataFrame,
+    samples: Mapping[str, pd.DataFrame],
+    settings: Settings,
+) -> list[dict[str, Any]]:
+    head = _identity(identity, base, test)
+    rows = [{**head, **event} for event in _events(base, test)]
+    base_ok, test_ok = base[base["median_step_ms"].notna()], test[test["median_step_ms"].notna()]
+    if base_ok.empty or test_ok.empty:
+        return rows
+    busy = int((pd.concat([base_ok, test_ok])["host_other_cpu_share"] > BUSY_SHARE).sum())
+    step_row: dict[str, Any] | None = None
+    for metric in (settings.metric(m) for m in METRICS):
+        common = {
+            **head,
+            "metric": metric.name,
+            "unit": metric.unit,
+            "better": metric.better,
+            "threshold_pct": 100 * metric.threshold,
+            "base_runs": len(base_ok),
+            "test_runs": len(test_ok),
+            "host_busy_runs": busy,
+        }
+        if metric.kind == "sampled":
+            base_samples = _samples_of(base_ok, samples, metric.column)
+            test_samples = _samples_of(test_ok, samples, metric.column)
+            if not base_samples and not test_samples:
+                continue  # e.g. TPOT of a train run
+            found = sampled_verdict(base_samples, test_samples, metric, settings, busy)
+            if metric.name == "step":
+                step_row = found
+        elif metric.kind == "throughput":
+            if step_row is None:
+                continue
+            found = _throughput(base_ok, test_ok, step_row, metric)
+        else:
+            found = run_verdict(_run_values(base_ok, metric), _run_values(test_ok, metric), metric)
+            if found is None:
+                continue
+        rows.append({**common, **found})
+    return rows
+
+
+def _samples_of(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame], column: str) -> list[np.ndarray]:
+    """Per run, its measured samples of ``column`` (runs without any are left out)."""
+    found = []
+    for run_id in runs["run_id"]:
+        if run_id in samples:
+            values = samples[run_id][column].dropna().to_numpy(dtype=float)
+            if values.size:
+                found.append(values)
+    return found
+
+
+def _run_values(runs: pd.DataFrame, metric: Metric) -> np.ndarray:
+    return runs[metric.column].dropna().to_numpy(dtype=float) * metric.scale
+
+
+def _run_medians(runs: list[np.ndarray]) -> np.ndarray:
+    return np.array([np.median(r) for r in runs])
+
+
+def hierarchical_bootstrap(runs: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``resamples`` bootstrap replicates of the median of run medians: runs are drawn with
+    replacement, then each drawn run's samples. With one run it is the plain bootstrap of
+    that run's median (and knows nothing of between-run noise)."""
+    per_run = np.empty((len(runs), resamples))
+    for index, values in enumerate(runs):
+        drawn = rng.integers(0, values.size, size=(resamples, values.size))
+        per_run[index] = np.median(values[drawn], axis=1)
+    chosen = rng.integers(0, len(runs), size=(resamples, len(runs)))
+    return np.median(per_run[chosen, np.arange(resamples)[:, None]], axis=1)
+
+
+def between_run_sd(base_runs: list[np.ndarray], test_runs: list[np.ndarray]) -> float | None:
+    """Pooled sd of the log run medians within each side; None unless each side has two runs."""
+    if len(base_runs) < 2 or len(test_runs) < 2:
+        return None
+    logs = [np.log(_run_medians(side)) for side in (base_runs, test_runs)]
+    squares = sum(float(((side - side.mean()) ** 2).sum()) for side in logs)
+    return math.sqrt(squares / (len(base_runs) + len(test_runs) - 2))
+
+
+def _worse(metric: Metric, ratio: float) -> bool:
+    return ratio > 1 if metric.better == "lower" else ratio < 1
+
+
+def _percent(ratio: float) -> str:
+    return f"{100 * (ratio - 1):+.1f}%"
+
+
+def sampled_verdict(
+    base_runs: list[np.ndarray],
+    test_runs: list[np.ndarray],
+    metric: Metric,
+    settings: Settings,
+    busy_runs: int = 0,
+) -> dict[str, Any]:
+    """Values, ratio, CI, p-value, noise bound, verdict and reason for a per-step metric.
+
+    ``base_runs``/``test_runs`` hold each run's raw samples. See the module doc for the rule.
+    """
+    n_base, n_test = sum(r.size for r in base_runs), sum(r.size for r in test_runs)
+    found: dict[str, Any] = {"base_samples": n_base, "test_samples": n_test}
+    if min(n_base, n_test) < settings.min_samples:
+        reason = f"too few samples ({n_base} vs {n_test}; need {settings.min_samples})"
+        found.update(verdict="inconclusive", reason=reason)
+        if n_base and n_test:
+            found.update(base_value=_median_of_runs(base_runs), test_value=_median_of_runs(test_runs))
+            found["ratio"] = found["test_value"] / found["base_value"]
+        return found
+    base_value, test_value = _median_of_runs(base_runs), _median_of_runs(test_runs)
+    ratio = test_value / base_value
+    rng = np.random.default_rng(settings.seed)
+    replicates = hierarchical_bootstrap(test_runs, settings.resamples, rng) / hierarchical_bootstrap(
+        base_runs, settings.resamples, rng
+    )
+    tail = 100 * (1 - settings.confidence) / 2
+    ci_low, ci_high = (float(v) for v in np.percentile(replicates, [tail, 100 - tail]))
+    p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
+    measured = between_run_sd(base_runs, test_runs)
+    sd = max(measured or 0.0, settings.noise_floor)
+    bound = settings.z * sd * math.sqrt(1 / len(base_runs) + 1 / len(test_runs))
+    found.update(
+        base_value=base_value,
+        test_value=test_value,
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        p_value=p_value,
+        noise_pct=100 * (math.exp(bound) - 1),
+    )
+    change = f"{metric.label} {_percent(ratio)} (CI {_percent(ci_low)} .. {_percent(ci_high)}, p={p_value:.2g})"
+    noise_source = f"between-run noise ±{100 * (math.exp(bound) - 1):.1f}% " + (
+        f"from {len(base_runs)}+{len(test_runs)} runs"
+        if measured is not None and measured >= settings.noise_floor
+        else f"at the {100 * settings.noise_floor:.0f}% floor"
+    )
+    beyond = ratio >= 1 + metric.threshold or ratio <= 1 / (1 + metric.threshold)
+    ci_excludes_one = ci_low > 1 or ci_high < 1
+    significant = p_value < settings.alpha and ci_excludes_one and abs(math.log(ratio)) > bound
+    if beyond and significant:
+        if min(len(base_runs), len(test_runs)) < settings.min_runs:
+            found.update(
+                verdict="inconclusive",
+                reason=f"{change}, but {len(base_runs)} vs {len(test_runs)} run(s): a verdict needs "
+                f"{settings.min_runs} runs per side, since noise between runs is what misleads"
+                + (f"; host busy during {busy_runs} run(s)" if busy_runs else ""),
+            )
+        else:
+            found.update(
+                verdict="regressed" if _worse(metric, ratio) else "improved",
+                reason=f"{change}, beyond the {100 * metric.threshold:g}% threshold and the {noise_source}"
+                + (f"; host busy during {busy_runs} run(s)" if busy_runs else ""),
+            )
+    elif beyond:
+        why = []
+        if p_value >= settings.alpha:
+            why.append(f"p >= {settings.alpha:g}")
+        if not ci_excludes_one:
+            why.append("the CI includes no change")
+        if abs(math.log(ratio)) <= bound:
+            why.append(f"within the {noise_source}")
+        found.update(verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}); more runs would tell")
+    else:
+        found.update(verdict="unchanged", reason=f"{change}, within the {100 * metric.threshold:g}% threshold")
+    return found
+
+
+def _median_of_runs(runs: list[np.ndarray]) -> float:
+    return float(np.median(_run_medians(runs)))
+
+
+def _throughput(base: pd.DataFrame, test: pd.DataFrame, step: dict[str, Any], metric: Metric) -> dict[str, Any]:
+    """Throughput is tokens ÷ the median step, so its ratio, CI and verdict mirror step time's."""
+    column = "output_tokens_per_s" if (base["mode"] == "decode").all() else metric.column
+    invert = {"ratio": "ratio", "ci_low": "ci_high", "ci_high": "ci_low"}
+    found = {
+        "base_value": float(base[column].median()) if base[column].notna().any() else None,
+        "test_value": float(test[column].median()) if test[column].notna().any() else None,
+        "p_value": step.get("p_value"),
+        "noise_pct": step.get("noise_pct"),
+        "base_samples": step.get("base_samples"),
+        "test_samples": step.get("test_samples"),
+        "verdict": step["verdict"],
+        "reason": "mirrors step time (tokens per second = tokens ÷ median step)",
+    }
+    for mine, theirs in invert.items():
+        value = step.get(theirs)
+        found[mine] = 1 / value if value else None
+    return found
+
+
+def run_verdict(base: np.ndarray, test: np.ndarray, metric: Metric) -> dict[str, Any] | None:
+    """Verdict for a quantity measured once per run (first step, compile time, peak memory).
+
+    One value per run allows no test on samples, so the threshold is looser and an absolute
+    change is required too. None when either side lacks the quantity (compile time of eager).
+    """
+    if not base.size or not test.size:
+        return None
+    base_value, test_value = float(np.median(base)), float(np.median(test))
+    found: dict[str, Any] = {"base_value": base_value, "test_value": test_value, "base_samples": 0, "test_samples": 0}
+    if base_value <= 0:
+        found.update(verdict="unchanged" if test_value <= metric.min_delta else "regressed")
+        found["reason"] = f"{metric.label} {base_value:g} -> {test_value:g} {metric.unit}"
+        return found
+    ratio = test_value / base_value
+    found["ratio"] = ratio
+    delta = abs(test_value - base_value)
+    beyond = (ratio >= 1 + metric.threshold or ratio <= 1 / (1 + metric.threshold)) and delta >= metric.min_delta
+    text = f"{metric.label} {base_value:.3g} -> {test_value:.3g} {metric.unit} ({_percent(ratio)})"
+    limits = f"the {100 * metric.threshold:g}% and {metric.min_delta:g} {metric.unit} thresholds"
+    if beyond:
+        found.update(
+            verdict="regressed" if _worse(metric, ratio) else "improved",
+            reason=f"{text}, beyond {limits} (one value per run: no test)",
+        )
+    else:
+        found.update(verdict="unchanged", reason=f"{text}, within {limits}")
+    return found
+
+
+def _fallback_ops(runs: pd.DataFrame) -> set[str]:
+    found: set[str] = set()
+    for text in runs["fallback_ops"].dropna():
+        found.update(json.loads(text) if text else {})
+    return found
+
+
+def _events(base: pd.DataFrame, test: pd.DataFrame) -> Iterable[dict[str, Any]]:
+    """Rows for what regresses whatever the numbers: a worse status, new recompilations, new CPU fallbacks."""
+    common = {"base_runs": len(base), "test_runs": len(test), "unit": "", "better": ""}
+    base_bad = sorted(set(base["status"]) & BAD_STATUSES)
+    test_bad = test[test["status"].isin(BAD_STATUSES)]
+    if not test_bad.empty and not base_bad:
+        status = test_bad["status"].iloc[0]
+        error = test_bad["error"].dropna()
+        yield {
+            **common,
+            "metric": "status",
+            "verdict": "regressed",
+            "reason": f"ok -> {status} in {len(test_bad)} of {len(test)} run(s)"
+            + (f": {str(error.iloc[0]).splitlines()[0][:200]}" if not error.empty else ""),
+        }
+    elif base_bad and test_bad.empty:
+        yield {**common, "metric": "status", "verdict": "improved", "reason": f"{', '.join(base_bad)} -> ok"}
+    elif base_bad:
+        yield {
+            **common,
+            "metric": "status",
+            "verdict": "unchanged",
+            "reason": f"still not ok: {', '.join(base_bad)} -> {', '.join(sorted(set(test_bad['status'])))}",
+        }
+    base_recompiles = base["recompiles_after_warmup"].fillna(0).max()
+    test_recompiles = test["recompiles_after_warmup"].fillna(0).max()
+    if test_recompiles > 0 and not base_recompiles > 0:
+        yield {
+            **common,
+            "metric": "recompiles",
+            "base_value": float(base_recompiles),
+            "test_value": float(test_recompiles),
+            "verdict": "regressed",
+            "reason": f"{int(test_recompiles)} compilation(s) after warm-up, none in the baseline",
+        }
+    new_fallbacks = _fallback_ops(test) - _fallback_ops(base)
+    if new_fallbacks:
+        yield {
+            **common,
+            "metric": "fallback_ops",
+            "verdict": "regressed",
+            "reason": f"new CPU-fallback op(s): {', '.join(sorted(new_fallbacks))}",
+        }
+
+
+def verdict_counts(comparison: pd.DataFrame) -> dict[str, int]:
+    """How many rows of a :func:`compare_runs` frame got each verdict (every verdict named)."""
+    counts = comparison["verdict"].value_counts()
+    return {verdict: int(counts.get(verdict, 0)) for verdict in VERDICTS}
+
+
+def regressions(comparison: pd.DataFrame) -> pd.DataFrame:
+    """The regressed rows of a :func:`compare_runs` frame."""
+    return comparison[comparison["verdict"] == "regressed"].reset_index(drop=True)
+
+
+CROSS_COLUMNS = [
+    *PAIR_KEYS,
+    "base_backend",
+    "test_backend",
+    "base_device",
+    "test_device",
+    "base_step_ms",
+    "test_step_ms",
+    "speedup",
+    "base_mfu",
+    "test_mfu",
+    "base_tokens_per_s",
+    "test_tokens_per_s",
+    "base_usd_per_hour",
+    "test_usd_per_hour",
+    "base_tokens_per_usd",
+    "test_tokens_per_usd",
+    "cost_ratio",
+]
+
+
+def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, prices: Mapping[str, Any]) -> pd.DataFrame:
+    """GPU against TPU (any two backends or devices): per configuration, each side's median step,
+    the speedup (baseline step ÷ candidate step), MFU, tokens/s, the device's price per hour
+    (:mod:`tpubench.analysis.prices`) and tokens per dollar; ``cost_ratio`` is the candidate's
+    tokens per dollar over the baseline's (above 1: the candidate is cheaper per token).
+    Only ok runs count; repeats are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
+    """
+    from tpubench.analysis.prices import device_price
+    from tpubench.backends import get_backend
+
+    def side(runs: pd.DataFrame, prefix: str) -> dict[str, Any]:
+        backend, device = runs["backend"].iloc[0], runs["device"].iloc[0]
+        tokens = runs["output_tokens_per_s"] if (runs["mode"] == "decode").all() else runs["tokens_per_s"]
+        tokens_per_s = float(tokens.median()) if tokens.notna().any() else None
+        price = device_price(device, get_backend(backend).device_kind, prices)
+        return {
+            f"{prefix}_step_ms": float(runs["median_step_ms"].median()),
+            f"{prefix}_mfu": float(runs["mfu"].median()) if runs["mfu"].notna().any() else None,
+            f"{prefix}_tokens_per_s": tokens_per_s,
+            f"{prefix}_usd_per_hour": price,
+            f"{prefix}_tokens_per_usd": tokens_per_s * 3600 / price if price and tokens_per_s else None,
+        }
+
+    ok = [runs[(runs["status"] == "ok") & runs["median_step_ms"].notna()] for runs in (baseline_runs, candidate_runs)]
+    keys = list(PAIR_KEYS)
+    base_groups, test_groups = _groups(ok[0], keys), _groups(ok[1], keys)
+    rows = []
+    for key in sorted(set(base_groups) & set(test_groups), key=lambda k: tuple(str(v) for v in k)):
+        identity = dict(zip(keys, key, strict=True))
+        for _, base in _sides(base_groups[key], keys):
+            for _, test in _sides(test_groups[key], keys):
+                row = {**_identity(identity, base, test), **side(base, "base"), **side(test, "test")}
+                row["speedup"] = row["base_step_ms"] / row["test_step_ms"]
+                base_per_usd, test_per_usd = row["base_tokens_per_usd"], row["test_tokens_per_usd"]
+                row["cost_ratio"] = test_per_usd / base_per_usd if base_per_usd and test_per_usd else None
+                rows.append(row)
+    return pd.DataFrame(rows, columns=CROSS_COLUMNS)
