@@ -71,12 +71,21 @@ def servable(options: dict[str, Any], nodes: list[dict[str, float]]) -> bool:
     return any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes)
 
 
+#: the Ray worker process's probes, by (interpreter, backend): a node's answer does not change
+_PROBES: dict[tuple[str, str], dict[str, Any]] = {}
+#: Ray worker processes play the parent's part: like the CLI, no TPU plugin autoloads into them
+TASK_ENV = {"env_vars": {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}}
+
+
 def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str]) -> dict[str, Any]:
     """The Ray task: probe this node's interpreter for the backend, then measure like a local run."""
     import ray
 
     spec = RunSpec.from_json(spec_json)
-    probed = probe(python_for(pythons, spec.backend), [spec.backend])
+    key = (python_for(pythons, spec.backend), spec.backend)
+    if key not in _PROBES:
+        _PROBES[key] = probe(key[0], [spec.backend])
+    probed = _PROBES[key]
     result = Executor(results, pythons).run(spec, probed["backends"][spec.backend], lambda event: None)
     result["ray_node_id"] = ray.get_runtime_context().get_node_id()
     return {"result": result, "fact": facts_for(probed, spec.backend)}
@@ -108,7 +117,7 @@ def probe_fleet(backends: list[str], pythons: dict[str, str], address: str | Non
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(max_retries=0)(probe_node)
+    task = ray.remote(max_retries=0, runtime_env=TASK_ENV)(probe_node)
     kinds: dict[str, list[dict[str, Any]]] = {}
     for node in ray.nodes():
         if node.get("Alive"):
@@ -154,7 +163,7 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
     may come from different hosts (the ``host`` and ``ray_node_id`` columns say which).
     """
     ray = connect(address)
-    task = ray.remote(max_retries=0, retry_exceptions=False)(run_on_node)
+    task = ray.remote(max_retries=0, retry_exceptions=False, runtime_env=TASK_ENV)(run_on_node)
     nodes = node_resources(ray)
     pending: dict[Any, RunSpec] = {}
     rows: list[dict[str, Any]] = []

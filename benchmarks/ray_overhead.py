@@ -1,0 +1,112 @@
+"""What ``--on ray`` costs and what it buys, on a local Ray cluster on this machine.
+
+1. Orchestration cost: the tiny llm suite on the CPU (gpt2 and llama3, train and infer),
+   run locally and with ``--on ray`` against an already started one-node cluster, both
+   timed as whole commands (requirement: ray <= 1.25 x local). The cluster's start-up is
+   timed apart.
+2. Scheduling throughput: a test-only workload whose build sleeps (``fault-slow``, 10 s:
+   device-bound, like a run waiting on its chip), eight runs on a cluster of 1, 2 and 4
+   raylets; runs per minute must grow with the nodes. Each raylet gets its own device-lock
+   folder, as separate hosts would have.
+
+Ray binds this machine's interface address, and nothing here may talk to any address
+but loopback, so (as root) the script re-runs itself in a network namespace with only
+``lo``, where Ray uses 127.0.0.1.
+
+    python benchmarks/ray_overhead.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+SUITE = "run --suite llm --size tiny --backend cpu --steps 10"
+SLOW_RUNS = 8
+
+
+def tpubench(line: str, *extra: str) -> float:
+    """Seconds for one CLI invocation."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "tpubench", *line.split(), *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL
+    )
+    return time.perf_counter() - started
+
+
+def orchestration() -> None:
+    from ray.cluster_utils import Cluster
+
+    started = time.perf_counter()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    print(f"ray cluster start-up: {time.perf_counter() - started:.1f} s (excluded below)")
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            tpubench(SUITE, "--results", f"{scratch}/warm", "--on", "ray", "--ray-address", cluster.address)
+            local = tpubench(SUITE, "--results", f"{scratch}/local")
+            on_ray = tpubench(SUITE, "--results", f"{scratch}/ray", "--on", "ray", "--ray-address", cluster.address)
+        print(
+            f"tiny suite (4 runs): local {local:.1f} s, --on ray {on_ray:.1f} s, ratio {on_ray / local:.2f} (<= 1.25)"
+        )
+    finally:
+        cluster.shutdown()
+
+
+def throughput(nodes: int) -> float:
+    """Runs per minute of SLOW_RUNS device-bound runs on ``nodes`` raylets."""
+    from ray.cluster_utils import Cluster
+
+    with tempfile.TemporaryDirectory() as scratch:
+        cluster = Cluster()
+        for node in range(nodes):
+            locks = {"TPUBENCH_LOCK_DIR": f"{scratch}/locks-{node}"}
+            cluster.add_node(num_cpus=1, env_vars=locks)
+        cluster.wait_for_nodes()
+        try:
+            line = "run --workload fault-slow --backend cpu --mode infer --steps 1 --warmup 0"
+            started = time.perf_counter()
+            # eight runs: the same workload at eight batch sizes
+            tpubench(
+                line,
+                "--batch-size",
+                ",".join(str(b) for b in range(1, SLOW_RUNS + 1)),
+                "--results",
+                f"{scratch}/r",
+                "--on",
+                "ray",
+                "--ray-address",
+                cluster.address,
+            )
+            wall = time.perf_counter() - started
+        finally:
+            cluster.shutdown()
+    return SLOW_RUNS / wall * 60
+
+
+def main() -> None:
+    if "--inside" not in sys.argv:
+        if os.geteuid() != 0:
+            sys.exit("needs root for a loopback-only network namespace (unshare -n)")
+        script = f"ip link set lo up && exec {sys.executable} {Path(__file__).resolve()} --inside"
+        sys.exit(subprocess.run(["unshare", "-n", "bash", "-c", script]).returncode)
+    os.environ.update(
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        TPUBENCH_WORKLOAD_MODULES="fault_workloads",
+        TPUBENCH_TEST_SLOW_S="10",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+    )
+    print(f"cpu count {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
+    orchestration()
+    for nodes in (1, 2, 4):
+        print(f"{SLOW_RUNS} device-bound runs (10 s each) on {nodes} node(s): {throughput(nodes):.1f} runs/minute")
+
+
+if __name__ == "__main__":
+    main()
