@@ -8,7 +8,7 @@ import os
 import sys
 
 #: commands that start workers: their fork server boots while this process imports the CLI
-WORKER_COMMANDS = ("run", "env")
+WORKER_COMMANDS = ("run", "env", "ci")
 
 
 def main() -> None:

@@ -526,14 +526,13 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
     tokens per dollar over the baseline's (above 1: the candidate is cheaper per token).
     Only ok runs count; repeats are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
     """
-    from tpubench.analysis.prices import device_price
-    from tpubench.backends import get_backend
+    from tpubench.analysis.prices import device_kind, device_price
 
     def side(runs: pd.DataFrame, prefix: str) -> dict[str, Any]:
         backend, device = runs["backend"].iloc[0], runs["device"].iloc[0]
         tokens = runs["output_tokens_per_s"] if (runs["mode"] == "decode").all() else runs["tokens_per_s"]
         tokens_per_s = float(tokens.median()) if tokens.notna().any() else None
-        price = device_price(device, get_backend(backend).device_kind, prices)
+        price = device_price(device, device_kind(backend, device), prices)
         return {
             f"{prefix}_step_ms": float(runs["median_step_ms"].median()),
             f"{prefix}_mfu": float(runs["mfu"].median()) if runs["mfu"].notna().any() else None,

@@ -76,6 +76,16 @@ def load_prices(path: str | Path | None = None) -> dict[str, Price]:
     return table
 
 
+def device_kind(backend: str, device: str | None) -> str:
+    """The peak table's device kind of a stored run: its backend family's, or for ``xla*``
+    (whose PJRT device may be a TPU, a GPU or the CPU) the one its device name shows."""
+    family = backend.split("-")[0]
+    if family in ("cpu", "cuda", "tpu"):
+        return family
+    name = device or ""
+    return "cpu" if name.startswith("CPU") else "tpu" if name.startswith("TPU") else "cuda"
+
+
 def device_price(device: str | None, device_kind: str, prices: dict[str, Price]) -> float | None:
     """USD per hour of one ``device`` of ``device_kind`` (per device: a v7 chip's half), or None."""
     peak = peaks.lookup(device, device_kind) if device else None

@@ -104,6 +104,7 @@ def _day(runs: pd.DataFrame) -> pd.Series:
 
 def _values(runs: pd.DataFrame, term: Term) -> list[str]:
     """The distinct values of ``term``'s field among ``runs``, as text, most recent first."""
+    runs = runs.sort_values("started_at", ascending=False, kind="stable")
     if term.field.startswith("tag."):
         key = term.field[4:]
         values = [tags[key] for tags in _tags(runs) if key in tags]
@@ -113,7 +114,7 @@ def _values(runs: pd.DataFrame, term: Term) -> list[str]:
     elif term.field in ("date", "since", "until"):
         values = list(_day(runs))
     else:
-        values = [str(v) for v in runs.sort_values("started_at", ascending=False)[term.field] if pd.notna(v)]
+        values = [str(v) for v in runs[term.field] if pd.notna(v)]
     distinct = list(dict.fromkeys(values))
     shown = distinct[:SHOWN_VALUES]
     return shown + ([f"... {len(distinct) - SHOWN_VALUES} more"] if len(distinct) > SHOWN_VALUES else [])

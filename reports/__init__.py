@@ -1,0 +1,138 @@
+"""Reports of a set of runs: one data model, rendered as self-contained HTML or as Markdown.
+
+:func:`build_report` gathers the sections as DataFrames (from :mod:`tpubench.analysis`, no
+rendering); :func:`reports.html.render` and :func:`reports.markdown.render` only format them,
+so the CI job summary (Markdown), the report a person opens (HTML) and the dashboard show
+the same figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pandas as pd
+
+from tpubench.analysis import compare
+
+#: the backend a cross-backend table measures others against, in order of preference
+REFERENCE_BACKENDS = ("cuda", "cuda-compile", "cpu", "cpu-compile")
+
+SUMMARY_COLUMNS = [
+    "workload",
+    "size",
+    "backend",
+    "device",
+    "mode",
+    "dtype",
+    "batch_size",
+    "seq_len",
+    "gen_len",
+    "runs",
+    "status",
+    "median_step_ms",
+    "ci_low_step_ms",
+    "ci_high_step_ms",
+    "tokens_per_s",
+    "mfu",
+    "peak_mem_mib",
+    "host_busy_runs",
+]
+
+
+@dataclass
+class Report:
+    """Everything a report shows; each section a DataFrame (empty when it does not apply)."""
+
+    title: str
+    generated_at: datetime
+    invocations: list[str]
+    git_shas: list[str]
+    hosts: list[str]
+    summary: pd.DataFrame
+    comparison: pd.DataFrame | None = None  # against the baseline: compare.compare_runs
+    baseline: str | None = None  # how the baseline was chosen
+    cross_backend: pd.DataFrame = field(default_factory=pd.DataFrame)
+    top_ops: dict[str, pd.DataFrame] = field(default_factory=dict)  # run label -> analysis.ops.top_ops
+
+    @property
+    def regressed(self) -> bool:
+        return self.comparison is not None and bool((self.comparison["verdict"] == "regressed").any())
+
+
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: repeats pooled (median of run medians, the CI's outer bounds),
+    the worst status, and how many runs saw a busy host."""
+    keys = ["workload", "size", "backend", "device", "mode", "dtype", "batch_size", "seq_len", "gen_len"]
+    if runs.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    rows = []
+    for key, group in runs.groupby(keys, dropna=False, sort=True):
+        statuses = [s for s in group["status"] if s != "ok"]
+        tokens = group["output_tokens_per_s"] if (group["mode"] == "decode").all() else group["tokens_per_s"]
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "runs": len(group),
+                "status": statuses[0] if statuses else "ok",
+                "median_step_ms": group["median_step_ms"].median(),
+                "ci_low_step_ms": group["ci_low_step_ms"].min(),
+                "ci_high_step_ms": group["ci_high_step_ms"].max(),
+                "tokens_per_s": tokens.median(),
+                "mfu": group["mfu"].median(),
+                "peak_mem_mib": group["peak_mem_bytes"].median() / 2**20,
+                "host_busy_runs": int((group["host_other_cpu_share"] > 0.2).sum()),
+            }
+        )
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def _cross_backend(runs: pd.DataFrame, prices: dict) -> pd.DataFrame:
+    """Every other backend against the reference one (a GPU where there is one), per configuration."""
+    ok = runs[runs["status"] == "ok"]
+    present = list(dict.fromkeys(ok["backend"]))
+    if len(present) < 2:
+        return pd.DataFrame(columns=compare.CROSS_COLUMNS)
+    reference = next((b for b in REFERENCE_BACKENDS if b in present), present[0])
+    others = ok[ok["backend"] != reference]
+    return compare.cross_backend(ok[ok["backend"] == reference], others, prices)
+
+
+def build_report(
+    runs: pd.DataFrame,
+    *,
+    title: str = "tpubench report",
+    comparison: pd.DataFrame | None = None,
+    baseline: str | None = None,
+    ops: pd.DataFrame | None = None,
+    prices: dict | None = None,
+    top: int = 10,
+) -> Report:
+    """The report of ``runs`` (a runs-table frame): summary, cross-backend table, the comparison
+    against a baseline if given (:func:`tpubench.analysis.compare.compare_runs`), and the top
+    ``top`` ops of each profiled run whose ops rows ``ops`` holds."""
+    from tpubench.analysis.prices import PRICES
+
+    top_ops: dict[str, pd.DataFrame] = {}
+    if ops is not None and not ops.empty:
+        from tpubench.analysis.ops import top_ops as rank
+
+        for run_id, rows in ops.groupby("run_id"):
+            run = runs[runs["run_id"] == run_id]
+            if run.empty:
+                continue
+            r = run.iloc[0]
+            label = f"{r['workload']}/{r['size']} {r['backend']} {r['mode']} ({run_id[:8]})"
+            top_ops[label] = rank(rows, n=top)
+    return Report(
+        title=title,
+        generated_at=datetime.now(UTC),
+        invocations=sorted(runs["invocation_id"].dropna().unique()),
+        git_shas=sorted(runs["git_sha"].dropna().unique()),
+        hosts=sorted(runs["host"].dropna().unique()),
+        summary=summary_table(runs),
+        comparison=comparison,
+        baseline=baseline,
+        cross_backend=_cross_backend(runs, prices if prices is not None else PRICES),
+        top_ops=top_ops,
+    )

@@ -1,0 +1,150 @@
+"""A report as GitHub-flavoured Markdown: what a CI job writes to ``$GITHUB_STEP_SUMMARY``.
+
+The verdict comes first (a reader of a red job wants to know why in one line), then the
+regressions and what could not be decided, then the summary table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from reports import Report
+from tpubench.analysis.compare import verdict_counts
+
+VERDICT_MARK = {"regressed": "🔴", "improved": "🟢", "inconclusive": "⚪", "unpaired": "·", "unchanged": ""}
+
+
+def _cell(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def table(frame: pd.DataFrame, columns: dict[str, str], digits: dict[str, int] | None = None) -> str:
+    """``frame``'s ``columns`` (name -> header) as a Markdown table."""
+    digits = digits or {}
+    lines = ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(_cell(row[c], digits.get(c, 2)) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _shape(row: pd.Series) -> str:
+    return f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
+
+
+def comparison_markdown(comparison: pd.DataFrame, show_unchanged: bool = False) -> str:
+    """The comparison's verdict line and the rows that are not ``unchanged`` (all with ``show_unchanged``)."""
+    counts = verdict_counts(comparison)
+    line = ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
+    shown = comparison if show_unchanged else comparison[comparison["verdict"] != "unchanged"]
+    if shown.empty:
+        return f"{line or 'nothing compared'}."
+    frame = shown.copy()
+    frame["config"] = frame.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {r['dtype']} {_shape(r)}", axis=1)
+    frame["backends"] = frame.apply(
+        lambda r: (
+            r["test_backend"]
+            if r["base_backend"] == r["test_backend"]
+            else f"{r['base_backend']} → {r['test_backend']}"
+        ),
+        axis=1,
+    )
+    frame["verdict"] = frame["verdict"].map(lambda v: f"{VERDICT_MARK.get(v, '')} {v}".strip())
+    frame["change"] = frame["ratio"].map(lambda r: f"{100 * (r - 1):+.1f}%" if r == r and r is not None else "-")
+    columns = {
+        "config": "configuration",
+        "backends": "backend",
+        "metric": "metric",
+        "base_value": "baseline",
+        "test_value": "candidate",
+        "change": "change",
+        "verdict": "verdict",
+        "reason": "why",
+    }
+    return f"{line}.\n\n" + table(frame, columns)
+
+
+def render(report: Report) -> str:
+    """The whole report as Markdown."""
+    parts = [f"# {report.title}"]
+    facts = [
+        f"generated {report.generated_at:%Y-%m-%d %H:%M} UTC",
+        f"invocation(s) {', '.join(report.invocations) or '-'}",
+        f"git {', '.join(report.git_shas) or '-'}",
+        f"host {', '.join(report.hosts) or '-'}",
+    ]
+    parts.append("; ".join(facts) + ".")
+    if report.comparison is not None:
+        verdict = "**Regressed**" if report.regressed else "**No regression**"
+        parts.append(f"## Against the baseline\n\n{verdict} against {report.baseline or 'the baseline'}: ")
+        parts[-1] += comparison_markdown(report.comparison)
+    summary = report.summary.copy()
+    if not summary.empty:
+        summary["config"] = summary.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {_shape(r)}", axis=1)
+        summary["mfu_pct"] = summary["mfu"] * 100
+        parts.append(
+            "## Results\n\n"
+            + table(
+                summary,
+                {
+                    "config": "configuration",
+                    "backend": "backend",
+                    "device": "device",
+                    "status": "status",
+                    "runs": "runs",
+                    "median_step_ms": "median ms",
+                    "ci_low_step_ms": "CI low",
+                    "ci_high_step_ms": "CI high",
+                    "tokens_per_s": "tokens/s",
+                    "mfu_pct": "MFU %",
+                    "peak_mem_mib": "peak MiB",
+                    "host_busy_runs": "host busy",
+                },
+                {"tokens_per_s": 0, "peak_mem_mib": 0, "mfu_pct": 1},
+            )
+        )
+    if not report.cross_backend.empty:
+        cross = report.cross_backend.copy()
+        cross["config"] = cross.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {_shape(r)}", axis=1)
+        parts.append("## Across backends\n\n" + cross_markdown(cross))
+    for label, ops in report.top_ops.items():
+        parts.append(
+            f"## Top ops: {label}\n\n"
+            + table(
+                ops,
+                {"rank": "#", "op": "op", "category": "category", "self_us_per_step": "self µs/step", "self_pct": "%"},
+                {"self_us_per_step": 1, "self_pct": 1},
+            )
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def cross_markdown(cross: pd.DataFrame) -> str:
+    """The cross-backend table (speedup, MFU, tokens per dollar) as Markdown."""
+    frame = cross.copy()
+    if "config" not in frame:
+        frame["config"] = frame.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {_shape(r)}", axis=1)
+    frame["pair"] = frame["base_backend"] + " → " + frame["test_backend"]
+    for side in ("base", "test"):
+        frame[f"{side}_mfu_pct"] = frame[f"{side}_mfu"] * 100
+    return table(
+        frame,
+        {
+            "config": "configuration",
+            "pair": "baseline → candidate",
+            "base_step_ms": "baseline ms",
+            "test_step_ms": "candidate ms",
+            "speedup": "speedup",
+            "base_mfu_pct": "MFU % (base)",
+            "test_mfu_pct": "MFU % (cand)",
+            "base_tokens_per_usd": "tokens/$ (base)",
+            "test_tokens_per_usd": "tokens/$ (cand)",
+            "cost_ratio": "cost ratio",
+        },
+        {"speedup": 2, "base_tokens_per_usd": 0, "test_tokens_per_usd": 0, "base_mfu_pct": 1, "test_mfu_pct": 1},
+    )

@@ -1,0 +1,90 @@
+"""Runs as PyTorch OSS benchmark database v3 records, the format the PyTorch HUD ingests.
+
+The schema is ``oss_ci_benchmark_v3`` in pytorch/test-infra (clickhouse_db_schema): each
+record is one metric of one benchmark of one model, with ``benchmark``, ``model``,
+``metric`` (``benchmark_values`` a list of floats), ``runners`` and ``dependencies``; every
+``extra_info`` is a string-to-string map. vLLM's ``convert_to_pytorch_benchmark_format``
+writes the same records. The upload step (CI metadata such as ``head_sha`` and
+``workflow_id``) belongs to the HUD's uploader, so only the benchmark's own fields are here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+#: runs column -> (metric name, scale); a metric is written only where the run has a value
+RUN_METRICS = {
+    "tokens_per_s": ("tokens_per_s", 1.0),
+    "samples_per_s": ("samples_per_s", 1.0),
+    "output_tokens_per_s": ("output_tokens_per_s", 1.0),
+    "ttft_p50_ms": ("ttft_p50_ms", 1.0),
+    "tpot_p50_ms": ("tpot_p50_ms", 1.0),
+    "mfu": ("mfu", 1.0),
+    "first_step_s": ("first_step_s", 1.0),
+    "compile_s": ("compile_s", 1.0),
+    "peak_mem_bytes": ("peak_mem_mib", 2**-20),
+}
+
+
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    return str(value)
+
+
+def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """One v3 record per (ok run, metric): ``step_ms`` carries every measured step sample of the
+    run in ``benchmark_values``; the other metrics (:data:`RUN_METRICS`) carry the run's value."""
+    measured = steps[steps["phase"] == "measure"]
+    samples = {run_id: group["step_ms"].dropna().tolist() for run_id, group in measured.groupby("run_id")}
+    found = []
+    for run in runs[runs["status"] == "ok"].to_dict("records"):
+        tags = json.loads(run["tags"]) if run.get("tags") else {}
+        benchmark = {
+            "name": "tpubench",
+            "mode": "training" if run["mode"] == "train" else "inference",
+            "dtype": run["dtype"],
+            "extra_info": {
+                key: _text(run[key])
+                for key in ("mode", "size", "batch_size", "seq_len", "gen_len", "invocation_id", "run_id", "started_at")
+            }
+            | {"measured_steps": _text(run["measured_steps"]), **{f"tag.{k}": str(v) for k, v in tags.items()}},
+        }
+        model = {
+            "name": f"{run['workload']}/{run['size']}",
+            "type": run["suite"] or "",
+            "backend": run["backend"],
+            "origins": ["tpubench"],
+            "extra_info": {"param_count": _text(run["param_count"])},
+        }
+        runner = {
+            "name": _text(run["host"]),
+            "type": _text(run["device"]),
+            "cpu_info": _text(run["cpu_model"]),
+            "gpu_info": _text(run["device"]) if run["backend"].split("-")[0] != "cpu" else "",
+            "gpu_count": int(run["device_count"]) if pd.notna(run["device_count"]) else 0,
+            "extra_info": {"host_other_cpu_share": _text(run["host_other_cpu_share"])},
+        }
+        dependencies = {"torch": {"version": _text(run["torch_version"])}}
+        for name, version in (json.loads(run["backend_versions"]) if run.get("backend_versions") else {}).items():
+            dependencies.setdefault(name, {"version": str(version)})
+        dependencies["tpubench"] = {"version": _text(run["tpubench_version"]), "sha": _text(run["git_sha"])}
+        metrics = [("step_ms", samples.get(run["run_id"]) or [run["median_step_ms"]])]
+        for column, (name, scale) in RUN_METRICS.items():
+            if run.get(column) is not None and pd.notna(run[column]):
+                metrics.append((name, [float(run[column]) * scale]))
+        for name, values in metrics:
+            found.append(
+                {
+                    "benchmark": benchmark,
+                    "model": model,
+                    "metric": {"name": name, "benchmark_values": [float(v) for v in values], "extra_info": {}},
+                    "runners": [runner],
+                    "dependencies": dependencies,
+                }
+            )
+    return found

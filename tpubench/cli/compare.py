@@ -1,0 +1,435 @@
+"""``tpubench compare``, ``regressions``, ``report`` and ``export``: results against results.
+
+Thin: runs come from :mod:`tpubench.store`, selections from :mod:`tpubench.analysis.select`,
+verdicts from :mod:`tpubench.analysis.compare`, change points from
+:mod:`tpubench.analysis.changepoints`, documents from :mod:`reports`; this module checks
+input, picks and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from tpubench import store
+from tpubench.analysis import changepoints, compare
+from tpubench.analysis.prices import Price, PriceError, load_prices
+from tpubench.analysis.select import SelectorError, select_runs
+from tpubench.cli.common import BadInput, app, console
+from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
+
+VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
+SELECTOR_HELP = (
+    "Runs to use: comma-separated terms, all required: latest, invocation=ID, sha=ABC, date=/since=/until=DATE, "
+    "tag.KEY=VALUE, COLUMN=VALUE, COLUMN!=VALUE, COLUMN~TEXT (e.g. backend=cuda, device~TPU)."
+)
+
+
+@dataclass
+class Selection:
+    """Runs picked by a selector and their measured steps."""
+
+    selector: str
+    runs: pd.DataFrame
+    steps: pd.DataFrame
+
+
+def load_all_runs(results: str) -> pd.DataFrame:
+    """Every run of the store at ``results``; a missing store is a BadInput."""
+    try:
+        return store.load_runs(results)
+    except StoreError as error:
+        raise BadInput(f"{error}; `tpubench run --results DIR` creates one") from error
+
+
+def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Selection:
+    """The runs of ``results`` that ``selector`` picks, with their measure-phase steps."""
+    runs = load_all_runs(results) if runs is None else runs
+    try:
+        chosen = select_runs(runs, selector)
+    except SelectorError as error:
+        raise BadInput(f"{selector!r} in {results}: {error}") from error
+    steps = store.load_steps(results, run_id=list(chosen["run_id"]), phase="measure")
+    return Selection(selector, chosen, steps)
+
+
+def prices_from(path: Path | None) -> dict[str, Price]:
+    try:
+        return load_prices(path)
+    except PriceError as error:
+        raise BadInput(str(error)) from error
+
+
+def settings_from(threshold: float | None) -> compare.Settings:
+    """The comparison settings, with ``--threshold PCT`` for step time (and what mirrors it)."""
+    if threshold is None:
+        return compare.Settings()
+    if not 0 < threshold < 100:
+        raise BadInput(f"--threshold expects a percentage between 0 and 100, got {threshold:g}")
+    shared = threshold / 100
+    return compare.Settings(thresholds={"step": shared, "throughput": shared, "ttft": shared, "tpot": shared})
+
+
+def _number(value: Any, digits: int = 2) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _config(row: dict[str, Any]) -> str:
+    shape = f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
+    return f"{row['workload']}/{row['size']} {row['mode']} {row['dtype']} {shape}"
+
+
+def _change(ratio: Any) -> str:
+    return "-" if ratio is None or ratio != ratio else f"{100 * (ratio - 1):+.1f}%"
+
+
+def comparison_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, int]:
+    """The rows worth reading (every step-time row and every verdict but unchanged; all with
+    ``show_all``) as a rich table, and how many were left out."""
+    shown = (
+        comparison
+        if show_all
+        else comparison[(comparison["metric"] == "step") | (comparison["verdict"] != "unchanged")]
+    )
+    table = Table(title="baseline -> candidate", show_lines=False)
+    for header, justify in (
+        ("configuration", "left"),
+        ("backend", "left"),
+        ("metric", "left"),
+        ("baseline", "right"),
+        ("candidate", "right"),
+        ("change", "right"),
+        ("95% CI", "right"),
+        ("p", "right"),
+        ("verdict", "left"),
+        ("why", "left"),
+    ):
+        table.add_column(header, justify=justify, overflow="fold")
+    for row in shown.astype(object).where(shown.notna(), None).to_dict("records"):
+        backend = row["test_backend"] or row["base_backend"]
+        if row["base_backend"] and row["test_backend"] and row["base_backend"] != row["test_backend"]:
+            backend = f"{row['base_backend']} -> {row['test_backend']}"
+        ci = (
+            "-"
+            if row["ci_low"] is None or row["ci_low"] != row["ci_low"]
+            else f"{_change(row['ci_low'])}..{_change(row['ci_high'])}"
+        )
+        table.add_row(
+            _config(row),
+            str(backend),
+            f"{row['metric']} ({row['unit']})" if row["unit"] else row["metric"],
+            _number(row["base_value"]),
+            _number(row["test_value"]),
+            _change(row["ratio"]),
+            ci,
+            "-" if row["p_value"] is None or row["p_value"] != row["p_value"] else f"{row['p_value']:.2g}",
+            Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], "")),
+            row["reason"],
+        )
+    return table, len(comparison) - len(shown)
+
+
+def cross_table(cross: pd.DataFrame) -> Table:
+    table = Table(title="across backends (speedup = baseline step / candidate step)")
+    for header in (
+        "configuration",
+        "baseline -> candidate",
+        "baseline ms",
+        "candidate ms",
+        "speedup",
+        "MFU base",
+        "MFU cand",
+        "tokens/$ base",
+        "tokens/$ cand",
+        "cost ratio",
+    ):
+        table.add_column(header, justify="left" if header.startswith(("config", "baseline ->")) else "right")
+    for row in cross.to_dict("records"):
+        table.add_row(
+            _config(row),
+            f"{row['base_backend']} ({row['base_device']}) -> {row['test_backend']} ({row['test_device']})",
+            _number(row["base_step_ms"]),
+            _number(row["test_step_ms"]),
+            _number(row["speedup"]),
+            "-" if pd.isna(row["base_mfu"]) else f"{100 * row['base_mfu']:.1f}%",
+            "-" if pd.isna(row["test_mfu"]) else f"{100 * row['test_mfu']:.1f}%",
+            _number(row["base_tokens_per_usd"], 0),
+            _number(row["test_tokens_per_usd"], 0),
+            _number(row["cost_ratio"]),
+        )
+    return table
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+
+def run_comparison(
+    baseline: Selection, candidate: Selection, settings: compare.Settings
+) -> tuple[pd.DataFrame, list[str]]:
+    """The comparison frame and the pairing keys; overlapping selections are a BadInput."""
+    shared = set(baseline.runs["run_id"]) & set(candidate.runs["run_id"])
+    if shared:
+        raise BadInput(
+            f"--baseline {baseline.selector!r} and --candidate {candidate.selector!r} share {len(shared)} run(s); "
+            "a run cannot be compared with itself"
+        )
+    keys = compare.pair_keys(baseline.runs, candidate.runs)
+    frame = compare.compare_runs(baseline.runs, candidate.runs, baseline.steps, candidate.steps, settings, keys)
+    return frame, keys
+
+
+@app.command("compare")
+def compare_command(
+    baseline: Annotated[str, typer.Option(help=f"Baseline runs. {SELECTOR_HELP}")],
+    candidate: Annotated[str, typer.Option(help="Candidate runs (same selector syntax).")],
+    results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
+    baseline_results: Annotated[
+        str | None, typer.Option(help="Results directory of the baseline (default: --results).")
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help=f"Step-time threshold in percent (default {100 * compare.STEP_THRESHOLD:g}).")
+    ] = None,
+    prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour, over the built-in table.")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Every metric row, unchanged ones too.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Everything as JSON on stdout.")] = False,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the comparison as Markdown to this file.")] = None,
+    fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when anything regressed.")] = False,
+) -> None:
+    """Compare candidate runs with baseline runs: ratio, CI, significance and a verdict per metric."""
+    settings = settings_from(threshold)
+    price_table = prices_from(prices)
+    all_candidate_runs = load_all_runs(results)
+    chosen_candidate = select(results, candidate, all_candidate_runs)
+    base_store = baseline_results or results
+    chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
+    frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
+    cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
+    if not set(compare.SIDE_KEYS) <= set(keys):
+        cross = compare.cross_backend(chosen_baseline.runs, chosen_candidate.runs, price_table)
+    counts = compare.verdict_counts(frame)
+    if markdown is not None:
+        from reports.markdown import comparison_markdown, cross_markdown
+
+        text = f"# tpubench compare\n\nBaseline `{baseline}`, candidate `{candidate}`: " + comparison_markdown(frame)
+        if not cross.empty:
+            text += "\n\n## Across backends\n\n" + cross_markdown(cross)
+        markdown.write_text(text + "\n")
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "baseline": baseline,
+                    "candidate": candidate,
+                    "paired_on": keys,
+                    "counts": counts,
+                    "comparison": _records(frame),
+                    "cross_backend": _records(cross),
+                },
+                indent=1,
+            )
+        )
+    else:
+        table, hidden = comparison_table(frame, show_all)
+        console.print(table)
+        if hidden:
+            console.print(f"({hidden} unchanged row(s) of other metrics not shown; --all shows them)")
+        if not cross.empty:
+            console.print(cross_table(cross))
+        console.print(
+            f"paired on {', '.join(keys)}; "
+            + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
+            + (f"; markdown: {markdown}" if markdown else "")
+        )
+    if fail_on_regression and counts["regressed"]:
+        raise typer.Exit(1)
+
+
+@app.command("regressions")
+def regressions_command(
+    results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
+    since: Annotated[str | None, typer.Option(help="Only invocations from this UTC date on (YYYY-MM-DD).")] = None,
+    select_runs_: Annotated[str | None, typer.Option("--select", help=f"Only these runs. {SELECTOR_HELP}")] = None,
+    metric: Annotated[str, typer.Option(help="Runs column to follow (median_step_ms, ttft_p50_ms...).")] = (
+        "median_step_ms"
+    ),
+    min_points: Annotated[int, typer.Option(min=2, help="Invocations a shift must last on each side.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="The change points as JSON.")] = False,
+    fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when a change point is a regression.")] = False,
+) -> None:
+    """Change points in each series' history, and the invocation and git sha that introduced each."""
+    from tpubench.schema import RUNS
+
+    numeric = [f.name for f in RUNS if f.type in ("double", "int64") and f.name not in compare.PAIR_KEYS]
+    if metric not in numeric:
+        raise BadInput(f"--metric {metric!r} is not a numeric runs column; valid: {', '.join(numeric)}")
+    terms = ",".join(filter(None, [select_runs_, f"since={since}" if since else None]))
+    runs = select(results, terms).runs if terms else load_all_runs(results)
+    settings = changepoints.ChangePointSettings(min_points=min_points)
+    found = changepoints.change_points(runs, metric, settings)
+    series = runs[runs["status"] == "ok"].groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups
+    if as_json:
+        print(json.dumps(_records(found), indent=1))
+    else:
+        if not found.empty:
+            table = Table(title=f"change points in {metric}")
+            for header in (
+                "series",
+                "backend",
+                "device",
+                "from",
+                "invocation",
+                "git sha",
+                "before",
+                "after",
+                "change",
+                "p",
+                "",
+            ):
+                table.add_column(header)
+            for row in found.to_dict("records"):
+                table.add_row(
+                    _config(row),
+                    row["backend"],
+                    str(row["device"]),
+                    f"{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}",
+                    row["invocation_id"],
+                    str(row["git_sha"]),
+                    _number(row["before"]),
+                    _number(row["after"]),
+                    f"{row['change_pct']:+.1f}%",
+                    f"{row['p_value']:.2g}",
+                    Text(row["direction"], style="bold red" if row["direction"] == "regression" else "green"),
+                )
+            console.print(table)
+        console.print(
+            f"{len(found)} change point(s) in {series} series "
+            f"(a shift must last {min_points} invocations on each side, p < {settings.alpha}, "
+            f">= {100 * settings.min_change:g}%)"
+        )
+    if fail_on_regression and (found["direction"] == "regression").any():
+        raise typer.Exit(1)
+
+
+def write_report(
+    out: Path,
+    runs: pd.DataFrame,
+    results: str,
+    *,
+    title: str,
+    comparison: pd.DataFrame | None,
+    baseline: str | None,
+    markdown: Path | None,
+    prices: dict[str, Price],
+) -> Any:
+    """Build the report of ``runs`` and write it as HTML to ``out`` (and Markdown to ``markdown``)."""
+    from reports import build_report, html
+    from reports import markdown as md
+
+    ops = store.load_ops(results, run_id=list(runs["run_id"])) if runs["trace_path"].notna().any() else None
+    report = build_report(runs, title=title, comparison=comparison, baseline=baseline, ops=ops, prices=prices)
+    out.write_text(html.render(report), encoding="utf-8")
+    if markdown is not None:
+        markdown.write_text(md.render(report), encoding="utf-8")
+    return report
+
+
+def _output_file(option: str, path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    if path.is_dir():
+        raise BadInput(f"{option} {path}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise BadInput(f"{option} {path}: folder {path.parent} does not exist")
+    return path
+
+
+@app.command("report")
+def report_command(
+    out: Annotated[Path, typer.Option(help="The HTML file to write (self-contained, works offline).")],
+    results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
+    invocation: Annotated[str | None, typer.Option(help="The invocation to report (default: the latest).")] = None,
+    select_runs_: Annotated[str | None, typer.Option("--select", help=f"Runs to report. {SELECTOR_HELP}")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Compare with these runs (selector).")] = None,
+    baseline_results: Annotated[
+        str | None, typer.Option(help="Results directory of the baseline (default: --results).")
+    ] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the report as Markdown here.")] = None,
+    prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour, over the built-in table.")] = None,
+) -> None:
+    """Write an HTML report (and optionally Markdown): results, charts, regressions, top ops."""
+    out_path = _output_file("--out", out)
+    md_path = _output_file("--markdown", markdown)
+    assert out_path is not None
+    if invocation and select_runs_:
+        raise BadInput("--invocation and --select both choose the runs; give one")
+    selector = select_runs_ or (f"invocation={invocation}" if invocation else "latest")
+    all_runs = load_all_runs(results)
+    chosen = select(results, selector, all_runs)
+    comparison = None
+    if baseline:
+        base_store = baseline_results or results
+        base = select(base_store, baseline, all_runs if base_store == results else None)
+        comparison, _ = run_comparison(base, chosen, compare.Settings())
+    report = write_report(
+        out_path,
+        chosen.runs,
+        results,
+        title=f"tpubench report: {selector}",
+        comparison=comparison,
+        baseline=baseline,
+        markdown=md_path,
+        prices=prices_from(prices),
+    )
+    console.print(
+        f"report: {out_path} ({len(chosen.runs)} runs"
+        + (", regressed" if report.regressed else "")
+        + ")"
+        + (f"; markdown: {md_path}" if md_path else "")
+    )
+
+
+EXPORT_FORMATS = ("pytorch-benchmark",)
+
+
+@app.command("export")
+def export_command(
+    out: Annotated[Path, typer.Option(help="The JSON file to write ('-': stdout).")],
+    export_format: Annotated[str, typer.Option("--format", help=f"One of {', '.join(EXPORT_FORMATS)}.")] = (
+        "pytorch-benchmark"
+    ),
+    results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
+    select_runs_: Annotated[
+        str | None, typer.Option("--select", help=f"Runs to export (default: all). {SELECTOR_HELP}")
+    ] = None,
+) -> None:
+    """Export runs as PyTorch OSS benchmark database v3 records (for the PyTorch HUD)."""
+    from reports.pytorch_benchmark import records
+
+    if export_format not in EXPORT_FORMATS:
+        raise BadInput(f"unknown --format {export_format!r}; valid: {', '.join(EXPORT_FORMATS)}")
+    if str(out) != "-":
+        _output_file("--out", out)
+    if select_runs_:
+        chosen = select(results, select_runs_)
+        runs, steps = chosen.runs, chosen.steps
+    else:
+        runs = load_all_runs(results)
+        steps = store.load_steps(results, phase="measure")
+    found = records(runs, steps)
+    text = json.dumps(found, indent=1)
+    if str(out) == "-":
+        print(text)
+    else:
+        out.write_text(text + "\n")
+        console.print(f"{len(found)} record(s) from {int((runs['status'] == 'ok').sum())} ok run(s): {out}")
