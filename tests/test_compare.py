@@ -111,6 +111,24 @@ def test_faster_is_improved():
     assert step_row(compared(side("a", [10.0, 10.1, 9.9]), side("b", [8.0, 8.1, 7.9])))["verdict"] == "improved"
 
 
+def test_a_low_quantile_sees_through_contention():
+    """Other processes only ever slow steps down: a few runs with a heavy right tail of slowed
+    steps hide a 10% slowdown from the median but not from the minimum."""
+
+    def contended(label: str, base_ms: float) -> tuple[list[dict], list[dict]]:
+        runs, steps = side(label, [base_ms] * 4, spread=0.005)
+        for step in steps:  # half the steps of each run slowed by 1-4x
+            if step["step"] % 2:
+                step["step_ms"] *= 1 + 3 * RNG.random()
+        return runs, steps
+
+    base, test = contended("a", 10.0), contended("b", 11.0)
+    assert step_row(compared(base, test, statistic="min"))["verdict"] == "regressed"
+    assert step_row(compared(base, test, statistic="min"))["reason"].startswith("min step time +10")
+    with pytest.raises(ValueError, match="unknown statistic"):
+        compared(base, test, statistic="mean")
+
+
 def test_one_run_per_side_is_never_a_verdict():
     """The issue's case: identical runs gave 7.79 and 4.60 ms medians with tight samples. A test
     on one run's samples against another's is 'significant'; between-run noise is unknown."""

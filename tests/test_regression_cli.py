@@ -64,6 +64,7 @@ def test_compare_fail_on_regression_exits_1_only_on_a_regression(two_sides):
         ("--baseline colour=red --candidate tag.side=b", "unknown field 'colour'"),
         ("--baseline tag.side=a --candidate tag.side=a", "share 2 run(s)"),
         ("--baseline latest --candidate tag.side=a --threshold 0", "--threshold expects a percentage"),
+        ("--baseline latest --candidate tag.side=a --statistic mean", "unknown --statistic 'mean'"),
     ],
 )
 def test_compare_bad_input_is_one_error_line(two_sides, line, message):

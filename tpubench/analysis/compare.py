@@ -78,6 +78,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("compile", "compile time", "s", "lower", 0.5, "run", "compile_s", min_delta=1.0),
     Metric("peak_mem", "peak memory", "MiB", "lower", 0.10, "run", "peak_mem_bytes", min_delta=32.0, scale=2**-20),
 )
+#: per-run statistics of the samples a sampled metric can compare, as quantiles
+STATISTICS = {"median": 0.5, "p10": 0.1, "min": 0.0}
 METRIC_NAMES = (*(m.name for m in METRICS), "status", "recompiles", "fallback_ops")
 
 
@@ -86,7 +88,7 @@ class Settings:
     """What a verdict needs; the defaults are the ones calibration led to (see module doc)."""
 
     alpha: float = 0.01  # Mann-Whitney p below this on the raw samples
-    noise_floor: float = 0.05  # between-run spread (sd of log run medians) assumed at least
+    noise_floor: float = 0.05  # between-run spread (sd of the log per-run statistic) assumed at least
     z: float = 2.0  # the change must exceed z standard errors of the between-run noise
     min_samples: int = 5  # per side, for a sampled metric
     min_runs: int = 2  # per side, for a regressed or improved verdict on a sampled metric
@@ -94,6 +96,15 @@ class Settings:
     resamples: int = 1000
     seed: int = 0
     thresholds: Mapping[str, float] = field(default_factory=dict)  # metric name -> relative threshold
+    #: each run's statistic of its samples: the median, or a low quantile, which contention
+    #: (other processes taking the CPU) moves far less: it only ever slows steps down
+    statistic: str = "median"
+
+    @property
+    def quantile(self) -> float:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"unknown statistic {self.statistic!r}; valid: {', '.join(STATISTICS)}")
+        return STATISTICS[self.statistic]
 
     def metric(self, metric: Metric) -> Metric:
         return replace(metric, threshold=self.thresholds[metric.name]) if metric.name in self.thresholds else metric
@@ -270,27 +281,30 @@ def _run_values(runs: pd.DataFrame, metric: Metric) -> np.ndarray:
     return runs[metric.column].dropna().to_numpy(dtype=float) * metric.scale
 
 
-def _run_medians(runs: list[np.ndarray]) -> np.ndarray:
-    return np.array([np.median(r) for r in runs])
+def _run_statistics(runs: list[np.ndarray], quantile: float) -> np.ndarray:
+    return np.array([np.quantile(r, quantile) for r in runs])
 
 
-def hierarchical_bootstrap(runs: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``resamples`` bootstrap replicates of the median of run medians: runs are drawn with
-    replacement, then each drawn run's samples. With one run it is the plain bootstrap of
-    that run's median (and knows nothing of between-run noise)."""
+def hierarchical_bootstrap(
+    runs: list[np.ndarray], resamples: int, rng: np.random.Generator, quantile: float = 0.5
+) -> np.ndarray:
+    """``resamples`` bootstrap replicates of the median over runs of each run's ``quantile``
+    (0.5: its median): runs are drawn with replacement, then each drawn run's samples. With
+    one run it is the plain bootstrap of that run's statistic (and knows nothing of
+    between-run noise)."""
     per_run = np.empty((len(runs), resamples))
     for index, values in enumerate(runs):
         drawn = rng.integers(0, values.size, size=(resamples, values.size))
-        per_run[index] = np.median(values[drawn], axis=1)
+        per_run[index] = np.quantile(values[drawn], quantile, axis=1)
     chosen = rng.integers(0, len(runs), size=(resamples, len(runs)))
     return np.median(per_run[chosen, np.arange(resamples)[:, None]], axis=1)
 
 
-def between_run_sd(base_runs: list[np.ndarray], test_runs: list[np.ndarray]) -> float | None:
-    """Pooled sd of the log run medians within each side; None unless each side has two runs."""
+def between_run_sd(base_runs: list[np.ndarray], test_runs: list[np.ndarray], quantile: float = 0.5) -> float | None:
+    """Pooled sd of the log per-run statistic within each side; None unless each side has two runs."""
     if len(base_runs) < 2 or len(test_runs) < 2:
         return None
-    logs = [np.log(_run_medians(side)) for side in (base_runs, test_runs)]
+    logs = [np.log(_run_statistics(side, quantile)) for side in (base_runs, test_runs)]
     squares = sum(float(((side - side.mean()) ** 2).sum()) for side in logs)
     return math.sqrt(squares / (len(base_runs) + len(test_runs) - 2))
 
@@ -315,24 +329,25 @@ def sampled_verdict(
     ``base_runs``/``test_runs`` hold each run's raw samples. See the module doc for the rule.
     """
     n_base, n_test = sum(r.size for r in base_runs), sum(r.size for r in test_runs)
+    q = settings.quantile
     found: dict[str, Any] = {"base_samples": n_base, "test_samples": n_test}
     if min(n_base, n_test) < settings.min_samples:
         reason = f"too few samples ({n_base} vs {n_test}; need {settings.min_samples})"
         found.update(verdict="inconclusive", reason=reason)
         if n_base and n_test:
-            found.update(base_value=_median_of_runs(base_runs), test_value=_median_of_runs(test_runs))
+            found.update(base_value=_over_runs(base_runs, q), test_value=_over_runs(test_runs, q))
             found["ratio"] = found["test_value"] / found["base_value"]
         return found
-    base_value, test_value = _median_of_runs(base_runs), _median_of_runs(test_runs)
+    base_value, test_value = _over_runs(base_runs, q), _over_runs(test_runs, q)
     ratio = test_value / base_value
     rng = np.random.default_rng(settings.seed)
-    replicates = hierarchical_bootstrap(test_runs, settings.resamples, rng) / hierarchical_bootstrap(
-        base_runs, settings.resamples, rng
+    replicates = hierarchical_bootstrap(test_runs, settings.resamples, rng, q) / hierarchical_bootstrap(
+        base_runs, settings.resamples, rng, q
     )
     tail = 100 * (1 - settings.confidence) / 2
     ci_low, ci_high = (float(v) for v in np.percentile(replicates, [tail, 100 - tail]))
     p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
-    measured = between_run_sd(base_runs, test_runs)
+    measured = between_run_sd(base_runs, test_runs, q)
     sd = max(measured or 0.0, settings.noise_floor)
     bound = settings.z * sd * math.sqrt(1 / len(base_runs) + 1 / len(test_runs))
     found.update(
@@ -344,7 +359,8 @@ def sampled_verdict(
         p_value=p_value,
         noise_pct=100 * (math.exp(bound) - 1),
     )
-    change = f"{metric.label} {_percent(ratio)} (CI {_percent(ci_low)} .. {_percent(ci_high)}, p={p_value:.2g})"
+    label = metric.label if settings.statistic == "median" else f"{settings.statistic} {metric.label}"
+    change = f"{label} {_percent(ratio)} (CI {_percent(ci_low)} .. {_percent(ci_high)}, p={p_value:.2g})"
     noise_source = f"between-run noise ±{100 * (math.exp(bound) - 1):.1f}% " + (
         f"from {len(base_runs)}+{len(test_runs)} runs"
         if measured is not None and measured >= settings.noise_floor
@@ -381,25 +397,32 @@ def sampled_verdict(
     return found
 
 
-def _median_of_runs(runs: list[np.ndarray]) -> float:
-    return float(np.median(_run_medians(runs)))
+def _over_runs(runs: list[np.ndarray], quantile: float) -> float:
+    """A side's value: the median over its runs of each run's statistic."""
+    return float(np.median(_run_statistics(runs, quantile)))
 
 
 def _throughput(base: pd.DataFrame, test: pd.DataFrame, step: dict[str, Any], metric: Metric) -> dict[str, Any]:
-    """Throughput is tokens ÷ the median step, so its ratio, CI and verdict mirror step time's."""
+    """Throughput is tokens per step ÷ the step time, so its values, ratio, CI and verdict mirror
+    step time's (the same statistic, inverted)."""
     column = "output_tokens_per_s" if (base["mode"] == "decode").all() else metric.column
-    invert = {"ratio": "ratio", "ci_low": "ci_high", "ci_high": "ci_low"}
+
+    def tokens_per_step(runs: pd.DataFrame) -> float | None:
+        per_step = runs[column] * runs["median_step_ms"] / 1000
+        return float(per_step.median()) if per_step.notna().any() else None
+
     found = {
-        "base_value": float(base[column].median()) if base[column].notna().any() else None,
-        "test_value": float(test[column].median()) if test[column].notna().any() else None,
         "p_value": step.get("p_value"),
         "noise_pct": step.get("noise_pct"),
         "base_samples": step.get("base_samples"),
         "test_samples": step.get("test_samples"),
         "verdict": step["verdict"],
-        "reason": "mirrors step time (tokens per second = tokens ÷ median step)",
+        "reason": "mirrors step time (tokens per second = tokens per step ÷ step time)",
     }
-    for mine, theirs in invert.items():
+    for prefix, runs in (("base", base), ("test", test)):
+        tokens, step_ms = tokens_per_step(runs), step.get(f"{prefix}_value")
+        found[f"{prefix}_value"] = tokens / (step_ms / 1000) if tokens and step_ms else None
+    for mine, theirs in {"ratio": "ratio", "ci_low": "ci_high", "ci_high": "ci_low"}.items():
         value = step.get(theirs)
         found[mine] = 1 / value if value else None
     return found

@@ -30,7 +30,7 @@ from tpubench import store
 from tpubench.analysis import compare
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, app, choose, console, key_values, pythons, select_workloads, writable_dir
-from tpubench.cli.compare import Selection, prices_from, select, settings_from, write_report
+from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
 from tpubench.cli.run import ProgressObserver, _sigterm_as_interrupt
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
@@ -100,6 +100,7 @@ def ci_command(
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before a run's worker is killed.")] = 600.0,
     results: Annotated[str, typer.Option(help="Store a selector --baseline picks from.")] = str(DEFAULT_RESULTS_DIR),
     threshold: Annotated[float | None, typer.Option(help="Step-time threshold in percent.")] = None,
+    statistic: Annotated[str, typer.Option(help=STATISTIC_HELP)] = "median",
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,
     python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
     prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour.")] = None,
@@ -111,7 +112,7 @@ def ci_command(
     choose("dtype", [dtype], list(DTYPES))
     all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
     chosen_sizes = choose("size", size, all_sizes)
-    settings = settings_from(threshold)
+    settings = settings_from(threshold, statistic)
     price_table = prices_from(prices)
     out_dir = writable_dir("--out", out)
     results_dir = out_dir / "results"

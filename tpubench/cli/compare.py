@@ -68,14 +68,23 @@ def prices_from(path: Path | None) -> dict[str, Price]:
         raise BadInput(str(error)) from error
 
 
-def settings_from(threshold: float | None) -> compare.Settings:
-    """The comparison settings, with ``--threshold PCT`` for step time (and what mirrors it)."""
+STATISTIC_HELP = (
+    "Each run's statistic of its step samples: median, p10 or min (a low quantile resists other processes "
+    "taking the CPU; see README 'Calibration')."
+)
+
+
+def settings_from(threshold: float | None, statistic: str = "median") -> compare.Settings:
+    """The comparison settings: ``--threshold PCT`` for step time (and what mirrors it), ``--statistic``."""
+    if statistic not in compare.STATISTICS:
+        raise BadInput(f"unknown --statistic {statistic!r}; valid: {', '.join(compare.STATISTICS)}")
     if threshold is None:
-        return compare.Settings()
+        return compare.Settings(statistic=statistic)
     if not 0 < threshold < 100:
         raise BadInput(f"--threshold expects a percentage between 0 and 100, got {threshold:g}")
     shared = threshold / 100
-    return compare.Settings(thresholds={"step": shared, "throughput": shared, "ttft": shared, "tpot": shared})
+    thresholds = {"step": shared, "throughput": shared, "ttft": shared, "tpot": shared}
+    return compare.Settings(thresholds=thresholds, statistic=statistic)
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -200,6 +209,7 @@ def compare_command(
     threshold: Annotated[
         float | None, typer.Option(help=f"Step-time threshold in percent (default {100 * compare.STEP_THRESHOLD:g}).")
     ] = None,
+    statistic: Annotated[str, typer.Option(help=STATISTIC_HELP)] = "median",
     prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour, over the built-in table.")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Every metric row, unchanged ones too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Everything as JSON on stdout.")] = False,
@@ -207,7 +217,7 @@ def compare_command(
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when anything regressed.")] = False,
 ) -> None:
     """Compare candidate runs with baseline runs: ratio, CI, significance and a verdict per metric."""
-    settings = settings_from(threshold)
+    settings = settings_from(threshold, statistic)
     price_table = prices_from(prices)
     all_candidate_runs = load_all_runs(results)
     chosen_candidate = select(results, candidate, all_candidate_runs)

@@ -1,0 +1,197 @@
+"""Calibrate `tpubench compare`'s verdicts on real repeated runs on this machine: A/A and A/B.
+
+Every pair is a set of rounds; each round runs, in a shuffled order, one run of each
+variant of the ``calib-mlp`` workload (benchmarks/calibration_workload.py): ``A`` and
+``A2`` (identical code and config, size ``base``) and ``+5%``, ``+10%``, ``+20%`` (sizes
+``plus5``... : that much more matmul work on the same shape; compared with the size left
+out of the pairing keys, as a code change would be). Baseline and candidate therefore run
+interleaved, in one invocation, in the same minutes.
+
+Then, for every pair and for r = 1 .. rounds (the first r rounds of each side):
+
+- A/A: ``compare_runs(A, A2)``; a ``regressed`` step-time verdict is a false alarm
+  (requirement: at most 1 in 20 pairs at the default settings);
+- A/B: ``compare_runs(A, +x%)``; ``regressed`` is a detection (requirement at +10%: 95%);
+- the same with the naive rule (Mann-Whitney p < 0.01 on the raw samples of one run per
+  side and a ratio beyond 5%), to show what the between-run noise does to it.
+
+It prints the false-alarm rate, the detection rate per slowdown, the smallest slowdown
+detected in at least 95% of pairs, the host load before and after, and the share of CPU
+other processes took during the runs (``host_other_cpu_share``).
+
+    python benchmarks/regression_calibration.py [--pairs 20] [--rounds 4] [--steps 40] [--out DIR]
+    python benchmarks/regression_calibration.py --analyse DIR     # the figures of an earlier run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # like the CLI's parent
+os.environ["TPUBENCH_WORKLOAD_MODULES"] = "calibration_workload"
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from tpubench import store  # noqa: E402
+from tpubench.analysis.compare import PAIR_KEYS, STEP_THRESHOLD, Settings, compare_runs  # noqa: E402
+from tpubench.runner import SuiteRunner, plan  # noqa: E402
+
+SLOWDOWNS = (0.05, 0.10, 0.20)  # the calibration workload's plusN sizes
+#: everything but the size: the plusN sizes stand for a slower build of the same configuration
+KEYS = [key for key in PAIR_KEYS if key != "size"] + ["backend", "device"]
+REQUIRED_DETECTION = 0.95
+LABELS = "labels.json"
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def collect(out: Path, pairs: int, rounds: int, steps: int, seed: int) -> None:
+    """Run every pair's rounds into the store at ``out``; labels.json maps run ids to (pair, round, variant)."""
+    variants = {"A": "base", "A2": "base", **{f"+{round(100 * x)}%": f"plus{round(100 * x)}" for x in SLOWDOWNS}}
+    specs = {
+        size: plan(["calib-mlp"], sizes=[size], backends=["cpu"], modes=["infer"], steps=steps, warmup=3)[0]
+        for size in set(variants.values())
+    }
+    runner = SuiteRunner(results_dir=out, tags={"calibration": "regression"})
+    shuffle = random.Random(seed)
+    labels: dict[str, dict] = {}
+    total = pairs * rounds * len(variants)
+    started = time.monotonic()
+    for pair in range(pairs):
+        for round_ in range(rounds):
+            order = list(variants)
+            shuffle.shuffle(order)
+            for variant in order:
+                run = replace(specs[variants[variant]], run_id=uuid.uuid4().hex[:16])
+                (row,) = runner.run([run])
+                if row["status"] != "ok":
+                    raise SystemExit(f"calibration run failed: {row['status']}: {row.get('error')}")
+                labels[run.run_id] = {"pair": pair, "round": round_, "variant": variant}
+                (out / LABELS).write_text(json.dumps(labels))
+        done = (pair + 1) * rounds * len(variants)
+        print(f"  pair {pair + 1}/{pairs}: {done}/{total} runs, {time.monotonic() - started:.0f} s", flush=True)
+
+
+def naive_regressed(base: pd.DataFrame, test: pd.DataFrame) -> bool:
+    """The naive rule: one run per side, Mann-Whitney on its raw samples, ratio beyond 5%."""
+    b, t = base["step_ms"].to_numpy(), test["step_ms"].to_numpy()
+    return bool(np.median(t) / np.median(b) > 1.05 and stats.mannwhitneyu(t, b).pvalue < 0.01)
+
+
+def analyse(out: Path, settings: Settings) -> dict:
+    labels = pd.DataFrame.from_dict(json.loads((out / LABELS).read_text()), orient="index")
+    runs = store.load_runs(out).set_index("run_id").join(labels, how="inner").reset_index()
+    steps = store.load_steps(out, phase="measure")
+    rounds = int(runs["round"].max()) + 1
+    per_pair = runs.groupby("pair")["run_id"].count()
+    complete = per_pair[per_pair == per_pair.max()].index  # a collection still running has a partial pair
+    runs = runs[runs["pair"].isin(complete)]
+    runs = runs.assign(pair=runs["pair"].rank(method="dense").astype(int) - 1)
+    pairs = int(runs["pair"].max()) + 1
+    by_run = {run_id: group for run_id, group in steps.groupby("run_id")}
+    statistic = runs["run_id"].map(lambda run_id: float(np.quantile(by_run[run_id]["step_ms"], settings.quantile)))
+    candidates = ["A2", *(v for v in sorted(set(runs["variant"]) - {"A", "A2"}, key=lambda v: float(v[1:-1])))]
+    figures: dict = {
+        "pairs": pairs,
+        "rounds": rounds,
+        "runs": len(runs),
+        "host_other_cpu_share_median": float(runs["host_other_cpu_share"].median()),
+        "host_busy_runs": int((runs["host_other_cpu_share"] > 0.2).sum()),
+        "step_ms_A": float(statistic[runs["variant"] == "A"].median()),
+        "between_run_sd_A": float(np.log(statistic[runs["variant"] == "A"]).std()),
+        "by_rounds": {},
+    }
+    for r in range(1, rounds + 1):
+        counts = {variant: {"regressed": 0, "improved": 0, "inconclusive": 0, "naive": 0} for variant in candidates}
+        for pair in range(pairs):
+            chosen = runs[(runs["pair"] == pair) & (runs["round"] < r)]
+            base = chosen[chosen["variant"] == "A"]
+            for variant in candidates:
+                test = chosen[chosen["variant"] == variant]
+                frame = compare_runs(base, test, steps, steps, settings, keys=KEYS)
+                verdict = frame.loc[frame["metric"] == "step", "verdict"].iloc[0]
+                if verdict in counts[variant]:
+                    counts[variant][verdict] += 1
+                first_base = base.loc[base["round"] == 0, "run_id"].iloc[0]
+                first_test = test.loc[test["round"] == 0, "run_id"].iloc[0]
+                counts[variant]["naive"] += naive_regressed(by_run[first_base], by_run[first_test])
+        figures["by_rounds"][r] = counts
+    return figures
+
+
+def report(figures: dict, settings: Settings) -> None:
+    pairs = figures["pairs"]
+    print(
+        f"[{settings.statistic}] {figures['runs']} runs, {pairs} pairs x {figures['rounds']} rounds; calib-mlp infer "
+        f"{settings.statistic} step {figures['step_ms_A']:.2f} ms; between-run sd of log {settings.statistic} of A "
+        f"{figures['between_run_sd_A']:.3f}; "
+        f"other processes' CPU share median {100 * figures['host_other_cpu_share_median']:.0f}% "
+        f"({figures['host_busy_runs']} of {figures['runs']} runs host-busy)"
+    )
+    print(
+        f"settings: step threshold {100 * STEP_THRESHOLD:g}%, alpha {settings.alpha}, "
+        f"noise floor {100 * settings.noise_floor:g}%, z {settings.z}"
+    )
+    print(
+        "runs/side  A/A false regressions  A/A false improvements  "
+        + "  ".join(f"detected {v}" for v in next(iter(figures["by_rounds"].values())) if v != "A2")
+    )
+    smallest = {}
+    for r, counts in figures["by_rounds"].items():
+        aa = counts["A2"]
+        cells = [f"{r:>9}", f"{aa['regressed']:>3}/{pairs} (naive {aa['naive']}/{pairs})"]
+        cells.append(f"{aa['improved']:>3}/{pairs}")
+        for variant, found in counts.items():
+            if variant != "A2":
+                cells.append(f"{found['regressed']:>3}/{pairs} (naive {found['naive']}/{pairs})")
+                if found["regressed"] >= REQUIRED_DETECTION * pairs and variant not in smallest:
+                    smallest[variant] = r
+        print("  ".join(cells))
+    reliable = [v for v in smallest if v != "A2"]
+    print(
+        "smallest slowdown detected in >= 95% of pairs: "
+        + (", ".join(f"{v} from {smallest[v]} run(s) per side" for v in reliable) or "none at these settings")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="keep the runs here (default: a temporary directory)")
+    parser.add_argument("--analyse", type=Path, help="only analyse the runs an earlier call kept here")
+    parser.add_argument("--statistics", default="median,p10,min", help="per-run statistics to evaluate")
+    args = parser.parse_args()
+    if args.analyse:
+        out = args.analyse
+    else:
+        out = args.out or Path(tempfile.mkdtemp(prefix="tpubench-calibration-"))
+        print(f"load before: {loadavg()}  ({os.cpu_count()} CPUs); runs in {out}", flush=True)
+        collect(out, args.pairs, args.rounds, args.steps, args.seed)
+        print(f"load after: {loadavg()}", flush=True)
+    for statistic in args.statistics.split(","):
+        settings = Settings(statistic=statistic)
+        report(analyse(out, settings), settings)
+
+
+if __name__ == "__main__":
+    main()
