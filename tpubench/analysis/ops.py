@@ -131,7 +131,14 @@ def diff_ops(
     if by == "op" and sources[0] != sources[1]:
         raise ValueError(f"the runs' ops come from different sources ({sources[0]} vs {sources[1]}): diff by category")
     key = by
-    joined = _per_step(base_rows, key).join(_per_step(test_rows, key), how="outer", lsuffix="_base", rsuffix="_test")
+    joined = pd.merge(
+        _per_step(base_rows, key),
+        _per_step(test_rows, key),
+        how="outer",
+        left_index=True,
+        right_index=True,
+        suffixes=("_base", "_test"),
+    )
     frame = pd.DataFrame(
         {
             key: joined.index,

@@ -99,7 +99,8 @@ def read_chrome(path: Path) -> TraceOps:
                     call_correlation.append(int(args["correlation"]))
                     call_external.append(int(args.get("External id", -1)))
         except ijson.JSONError as error:  # IncompleteJSONError (truncated) is one
-            raise TraceError(f"corrupt or truncated Chrome trace {path}: {error}") from error
+            reason = str(error).strip().splitlines()[0]  # yajl draws the spot on further lines
+            raise TraceError(f"corrupt or truncated Chrome trace {path}: {reason}") from error
         except (KeyError, TypeError, ValueError) as error:
             raise TraceError(f"not a torch.profiler Chrome trace {path}: an event lacks {error}") from error
     if not seen_events:
