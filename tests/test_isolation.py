@@ -70,6 +70,12 @@ def test_a_missing_interpreter_makes_its_backends_unavailable(results_dir: Path)
     assert "/nonexistent/python" in row["error"]
 
 
+def default_sigint() -> None:
+    """SIGINT handled as a terminal's Ctrl-C is: a shell's background job (a CI runner, nohup)
+    starts with SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)]
 )
@@ -86,12 +92,19 @@ def test_stopping_the_suite_keeps_finished_rows_and_leaves_nothing_behind(
         str(results_dir),
     )
     env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(scratch), "TPUBENCH_TEST_PIDFILE": str(pidfile)}
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    worker_pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the hanging worker to start"))
-    helpers = psutil.Process(process.pid).children(recursive=True)  # fork server, worker
-    assert worker_pid in {child.pid for child in helpers}
-    process.send_signal(signum)
-    output, _ = process.communicate(timeout=60)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=default_sigint
+    )
+    try:
+        worker_pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), "the hanging worker to start"))
+        helpers = psutil.Process(process.pid).children(recursive=True)  # fork server, worker
+        assert worker_pid in {child.pid for child in helpers}
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=60)
+    finally:  # a failure here must not leave a suite running (it would hold the device lock)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     assert process.returncode == exit_code, output
     if signum != signal.SIGKILL:
         assert "interrupted: finished runs were saved" in output
