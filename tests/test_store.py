@@ -95,6 +95,29 @@ def test_files_from_an_older_schema_still_load(results_dir: Path) -> None:
     assert runs.loc["old", "median_step_ms"] == 1.5
 
 
+def test_scan_table_reads_only_what_it_is_asked_for_and_agrees_with_load_table(results_dir: Path) -> None:
+    old_schema = pa.schema([field for field in RUNS if field.name != "mfu"])
+    path = store.partition_dir(results_dir, "runs", WHEN) / "old.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([run_row("o", invocation_id="old")], schema=old_schema), path)
+    for invocation in ("one", "two"):
+        writer = store.InvocationWriter(results_dir, invocation, WHEN)
+        writer.add(run_row(f"{invocation}-a", invocation_id=invocation, mfu=0.5))
+        writer.add(run_row(f"{invocation}-b", invocation_id=invocation, backend="cuda", status="failed"))
+    scanned = store.scan_table(results_dir, "runs", ["run_id", "mfu"], invocation_id=["two", "old"], backend="cpu")
+    assert list(scanned.columns) == ["run_id", "mfu"]
+    assert sorted(scanned.run_id) == ["o", "two-a"]  # filters applied in the reader; old files get new columns null
+    assert pd.isna(scanned.set_index("run_id").loc["o", "mfu"])
+    everything = store.scan_table(results_dir, "runs").sort_values("run_id", ignore_index=True)
+    pd.testing.assert_frame_equal(everything, store.load_runs(results_dir).sort_values("run_id", ignore_index=True))
+    bad = path.with_name("bad.parquet")
+    bad.write_bytes(path.read_bytes()[:100])  # a torn file: the others are still read
+    with pytest.warns(UserWarning, match="bad.parquet"):
+        assert len(store.scan_table(results_dir, "runs", ["run_id"], status="failed")) == 2
+    with pytest.raises(ValueError, match="cannot read or filter"):
+        store.scan_table(results_dir, "runs", ["no_such_column"])
+
+
 def test_missing_results_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(store.StoreError, match="does not exist"):
         store.load_runs(tmp_path / "nope")

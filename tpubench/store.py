@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ from typing import Any
 import fsspec
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from tpubench.schema import SCHEMA_VERSION, TABLES
@@ -186,6 +188,55 @@ def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
         else:
             frame = frame[frame[column] == wanted]
     return frame.reset_index(drop=True)
+
+
+def scan_table(
+    results_dir: str | Path, table: str, columns: Sequence[str] | None = None, **filters: Any
+) -> pd.DataFrame:
+    """:func:`load_table` for a big store: the work is pushed into the parquet reader.
+
+    Only ``columns`` are read (default: all); an ``invocation_id`` filter picks the files
+    to open by name (each file is one invocation's); the other filters (equality or
+    membership, as in :func:`load_table`) are applied while reading, so row groups they
+    exclude are skipped and only matching rows reach pandas. Files are read in parallel as
+    one pyarrow dataset; should one be unreadable, each is read alone and the unreadable
+    ones are named in a warning and skipped, as :func:`load_table` does.
+    """
+    schema = TABLES[table]
+    unknown = (set(filters) | set(columns or ())) - set(schema.names)
+    if unknown:
+        raise ValueError(f"cannot read or filter {sorted(unknown)}; columns: {', '.join(schema.names)}")
+    wanted = {column: _members(value) for column, value in filters.items()}
+    paths = parquet_files(results_dir, table)
+    if "invocation_id" in wanted:
+        paths = [path for path in paths if path.rsplit("/", 1)[-1].removesuffix(".parquet") in wanted["invocation_id"]]
+    expression = None
+    for column, values in wanted.items():
+        term = pc.field(column).isin(sorted(values))
+        expression = term if expression is None else expression & term
+    location = Location(results_dir)
+    filesystem = location.fs if location.remote else None
+
+    def read(files: list[str]) -> pa.Table:
+        dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=filesystem)
+        return dataset.to_table(columns=list(columns) if columns else None, filter=expression)
+
+    try:
+        found = read(paths)
+    except (pa.ArrowException, OSError):
+        pieces = [schema.empty_table().select(list(columns) if columns else schema.names)]
+        for path in paths:
+            try:
+                pieces.append(read([path]))
+            except (pa.ArrowException, OSError) as error:
+                warnings.warn(f"skipping unreadable results file {location.display(path)}: {error}", stacklevel=2)
+        found = pa.concat_tables(pieces)
+    return found.to_pandas()
+
+
+def _members(value: Any) -> set[Any]:
+    """A filter value as the set of values it accepts (a scalar accepts itself)."""
+    return set(value) if isinstance(value, (list, tuple, set, frozenset)) else {value}
 
 
 def load_runs(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
