@@ -142,6 +142,7 @@ def render(report: Report) -> str:
         frame = report.comparison.copy()
         frame["config"] = _config(frame)
         frame["change"] = frame["ratio"].map(lambda r: f"{100 * (r - 1):+.1f}%" if r == r and r is not None else "-")
+        frame["p"] = frame["p_value"].map(lambda p: "-" if p is None or p != p else f"{p:.2g}")
         frame["shown_verdict"] = frame["verdict"].map(lambda v: f"{VERDICT_MARK.get(v, '')} {v}".strip())
         frame = frame.sort_values(
             "verdict",
@@ -159,9 +160,9 @@ def render(report: Report) -> str:
                     "base_value": "baseline",
                     "test_value": "candidate",
                     "change": "change",
-                    "ci_low": "CI low",
-                    "ci_high": "CI high",
-                    "p_value": "p",
+                    "ci_low": "ratio CI low",
+                    "ci_high": "ratio CI high",
+                    "p": "p",
                     "shown_verdict": "verdict",
                     "reason": "why",
                 },

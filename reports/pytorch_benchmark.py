@@ -61,12 +61,13 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
             "origins": ["tpubench"],
             "extra_info": {"param_count": _text(run["param_count"])},
         }
+        accelerated = run["backend"].split("-")[0] != "cpu"
         runner = {
             "name": _text(run["host"]),
             "type": _text(run["device"]),
             "cpu_info": _text(run["cpu_model"]),
-            "gpu_info": _text(run["device"]) if run["backend"].split("-")[0] != "cpu" else "",
-            "gpu_count": int(run["device_count"]) if pd.notna(run["device_count"]) else 0,
+            "gpu_info": _text(run["device"]) if accelerated else "",
+            "gpu_count": int(run["device_count"]) if accelerated and pd.notna(run["device_count"]) else 0,
             "extra_info": {"host_other_cpu_share": _text(run["host_other_cpu_share"])},
         }
         dependencies = {"torch": {"version": _text(run["torch_version"])}}

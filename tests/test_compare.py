@@ -355,3 +355,29 @@ def test_pytorch_benchmark_records_follow_the_v3_schema():
     assert all(isinstance(v, str) for v in step["benchmark"]["extra_info"].values())
     assert step["dependencies"]["cuda"] == {"version": "12.8"}
     json.dumps(found)  # plain JSON
+
+
+def test_reports_show_top_ops_of_profiled_runs():
+    runs = runs_frame(side("a", [10.0])[0])
+    ops = pd.DataFrame(
+        {
+            "run_id": "a0",
+            "source": "aten",
+            "op": ["aten::mm", "aten::add", "aten::gelu"],
+            "category": ["matmul", "elementwise", "elementwise"],
+            "framework_op": None,
+            "calls": [10, 20, 5],
+            "self_time_us": [900.0, 50.0, 40.0],
+            "total_time_us": [900.0, 50.0, 40.0],
+            "self_us_per_step": [450.0, 25.0, 20.0],
+            "self_pct": [45.0, 2.5, 2.0],
+            "flops": None,
+            "achieved_flops_per_s": None,
+            "bound_by": None,
+        }
+    )
+    report = build_report(runs, ops=ops, top=2)
+    ((label, top),) = report.top_ops.items()
+    assert label.startswith("gpt2/tiny cpu infer") and list(top["op"][:2]) == ["aten::mm", "aten::add"]
+    assert top["op"].iloc[-1].startswith("others (1 ops)")
+    assert "## Top ops: gpt2/tiny cpu infer" in markdown.render(report)
