@@ -11,7 +11,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from tpubench.cli import ci, compare, info, ops, run  # noqa: F401  (registers the commands)
+from tpubench.cli import ci, compare, dashboard, info, ops, run  # noqa: F401  (registers the commands)
 from tpubench.cli.common import app
 
 

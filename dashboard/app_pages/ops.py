@@ -1,0 +1,123 @@
+"""Ops: where a profiled run's step went, by op and by category, and how two runs differ
+(``tpubench ops`` and ``tpubench ops --diff``); the command that opens the trace."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data, state, ui
+from tpubench.analysis import ops as analysis
+
+NO_DIFF = ""
+CATEGORY_COLUMNS = {
+    "self_time_us": "self time, all traced steps (µs)",
+    "self_us_per_step": "self µs per step",
+    "self_pct": "% of step",
+    "share": "share of self time",
+}
+RANKED_COLUMNS = {
+    "self_us_per_step": "self µs per step",
+    "self_pct": "% of step",
+    "total_time_us": "total time, all traced steps (µs)",
+    "bound_by": "bound by",
+}
+
+
+def _ops_of(view: ui.View, run_id: str) -> pd.DataFrame:
+    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    loaded = data.run_ops(view.results, invocation, run_id)
+    ui.warn_skipped(loaded.skipped)
+    return loaded.frame
+
+
+def _no_rows(view: ui.View, run_id: str) -> None:
+    st.info(
+        f"Run `{run_id}` has a trace but no ops rows: its trace could not be read when it was ingested. "
+        "Build them again with:"
+    )
+    st.code(f"tpubench ops --ingest {run_id} --results {view.results}", language="bash")
+
+
+def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
+    columns = ["rank", "op", "category", "calls", "self_us_per_step", "self_pct", "total_time_us", "bound_by"]
+    return ranked[columns].rename(columns=RANKED_COLUMNS)
+
+
+def main() -> None:
+    view = ui.page_view()
+    if view is None:
+        return
+    st.title("Ops")
+    profiled = view.runs[view.runs["trace_path"].notna()]
+    if profiled.empty:
+        st.info("No profiled run matches the filters. `--profile` traces a run and fills this page, e.g.:")
+        st.code("tpubench run --workload gpt2 --size tiny --profile", language="bash")
+        return
+    run_id = ui.run_picker(profiled, view.index[view.index["trace_path"].notna()], "Profiled run")
+    if run_id is None:
+        return
+    ops = _ops_of(view, run_id)
+    st.caption("Open this run's trace in its viewer (XProf or Perfetto, served on 127.0.0.1):")
+    st.code(ui.trace_command(view, run_id), language="bash")
+    if ops.empty:
+        _no_rows(view, run_id)
+        return
+    sources = sorted(ops["source"].unique(), key=analysis.SOURCE_PREFERENCE.index)
+    left, middle, right = st.columns(3)
+    source = left.radio(
+        "Ops from",
+        sources,
+        horizontal=True,
+        key=state.bind("source", sources[0], choices=sources),
+        help="kernel: CUDA kernels; hlo: XLA's ops on the device; aten: PyTorch's ops on the host. The most "
+        "device-side one is the default.",
+    )
+    top = middle.slider("Top ops", 5, 50, key=state.bind("top", 20, "int", range(5, 51)))
+    by = right.radio(
+        "Rank by", ["self", "total"], horizontal=True, key=state.bind("by", "self", choices=["self", "total"])
+    )
+    rows = analysis.of_source(ops, source)
+    first = rows.iloc[0]
+    steps, step_us = first["traced_steps"], first["step_time_us"]
+    if pd.notna(steps) and pd.notna(step_us) and steps:
+        st.caption(
+            f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {step_us / steps / 1e3:.2f} ms"
+        )
+    ranked = analysis.top_ops(ops, n=top, by=by, source=source)
+    left, right = st.columns([3, 2])
+    left.plotly_chart(charts.top_ops_bar(ranked), key="ops-top")
+    right.plotly_chart(charts.category_treemap(rows), key="ops-treemap")
+    split = analysis.category_breakdown(ops, source).rename(columns=CATEGORY_COLUMNS)
+    ui.table(split.style.format({"share of self time": "{:.1%}"}, precision=1, thousands=","))
+    with st.expander("Top ops table"):
+        ui.table(ranked_table(ranked).style.format(precision=1, thousands=","))
+    st.subheader("Compare with another run")
+    others = profiled[profiled["run_id"] != run_id]
+    options = [NO_DIFF, *others.iloc[::-1].head(ui.RUN_CHOICES)["run_id"]]
+    labels = dict(zip(others["run_id"], data.run_label(others), strict=True))
+    other = st.selectbox(
+        "Base run (the one above is the test)",
+        options,
+        format_func=lambda value: "(none)" if value == NO_DIFF else labels[value],
+        key=state.bind("base", NO_DIFF, choices=options),
+    )
+    if other == NO_DIFF:
+        return
+    base = _ops_of(view, other)
+    if base.empty:
+        _no_rows(view, other)
+        return
+    same_source = analysis.primary_source(base) == analysis.primary_source(ops)
+    by_key = "op" if same_source else "category"
+    if not same_source:
+        st.caption(
+            "The two runs' ops come from different sources (e.g. CUDA kernels and XLA ops): compared by category."
+        )
+    diff = analysis.diff_ops(base, ops, by=by_key)
+    st.plotly_chart(charts.diff_bar(diff.head(top), by_key), key="ops-diff")
+    ui.table(diff.style.format(precision=1, thousands=","))
+    st.caption(f"In a terminal: `tpubench ops --diff {other} {run_id} --results {view.results}`")
+
+
+main()

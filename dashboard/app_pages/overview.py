@@ -1,0 +1,101 @@
+"""Overview: one invocation (the latest by default) as a matrix of configuration x backend, and
+every run that did not finish ok, with its reason."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data, state, ui
+from reports import summary_table
+
+#: what a matrix cell shows: summary column -> (label, how a value reads)
+VALUES = {
+    "median_step_ms": ("median step (ms)", lambda v: ui.number(v)),
+    "tokens_per_s": ("tokens/s", lambda v: ui.number(v, 0)),
+    "mfu": ("MFU (%)", lambda v: ui.number(100 * v, 1) if pd.notna(v) else "-"),
+    "status": ("status", str),
+}
+NOT_OK_MARK = "✗ "
+
+
+def matrix(summary: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Configurations as rows, backend (device) as columns; a cell whose runs were not all ok
+    shows the status instead of a number, so a failure is never a blank."""
+    frame = summary.copy()
+    frame["configuration"] = charts.config_label(frame)
+    frame["column"] = frame["backend"] + " (" + frame["device"].fillna("no device") + ")"
+    read = VALUES[value][1]
+    frame["cell"] = [
+        read(row[value]) if row["status"] == "ok" or value == "status" else NOT_OK_MARK + row["status"]
+        for row in frame.to_dict("records")
+    ]
+    pivot = frame.pivot_table(index="configuration", columns="column", values="cell", aggfunc="first")
+    return pivot.reindex(sorted(pivot.columns, key=lambda c: (c.split(" ")[0], c)), axis=1).fillna("")
+
+
+def _style(cell: str) -> str:
+    if cell.startswith(NOT_OK_MARK) or cell in ("failed", "crashed", "timeout", "oom", "mismatch"):
+        return "color: #c62828; font-weight: 600"
+    return "color: #888" if cell in ("unavailable", "skipped") else ""
+
+
+def problems(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that did not finish ok, with why and a link to their details."""
+    bad = runs[runs["status"] != "ok"].copy()
+    first_warning = bad["warnings"].fillna("").str.split("\n").str[0]
+    reason = bad["error"].where(bad["error"].notna() & (bad["error"] != ""), first_warning)
+    return pd.DataFrame(
+        {
+            "status": bad["status"],
+            "configuration": charts.config_label(bad),
+            "backend": bad["backend"],
+            "device": bad["device"].fillna("-"),
+            "reason": reason.fillna("").str.split("\n").str[0].str.slice(0, 300),
+            "details": "run_details?run=" + bad["run_id"],
+        }
+    )
+
+
+def main() -> None:
+    view = ui.page_view()
+    if view is None:
+        return
+    st.title("Overview")
+    invocation = ui.invocation_picker(view.runs)
+    ids = tuple(view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"])
+    loaded = data.runs(view.results, (invocation,), ids)
+    ui.warn_skipped(loaded.skipped)
+    runs = loaded.frame
+    counts = runs["status"].value_counts()
+    columns = st.columns(5)
+    columns[0].metric("Runs", len(runs))
+    columns[1].metric("ok", int(counts.get("ok", 0)))
+    columns[2].metric("Not ok", int(len(runs) - counts.get("ok", 0)))
+    columns[3].metric("git sha", ", ".join(sorted(runs["git_sha"].dropna().unique())) or "-")
+    columns[4].metric("Hosts", ", ".join(sorted(runs["host"].dropna().unique())) or "-")
+    summary = summary_table(runs)
+    value = st.radio(
+        "Cells show",
+        list(VALUES),
+        format_func=lambda v: VALUES[v][0],
+        horizontal=True,
+        key=state.bind("value", "median_step_ms", choices=list(VALUES)),
+    )
+    st.subheader(f"{VALUES[value][0]} per configuration and backend")
+    st.caption(
+        "Repeated runs of a configuration are pooled (median of their medians). A cell marked ✗ did not finish "
+        "ok: its status replaces the number. MFU is empty where the device has no peak FLOP/s entry (every CPU)."
+    )
+    ui.table(matrix(summary, value).style.map(_style), hide_index=False, height="content")
+    if summary["median_step_ms"].notna().any():
+        st.plotly_chart(charts.step_bars(summary), key="overview-steps")
+    bad = problems(runs)
+    st.subheader(f"Runs that did not finish ok ({len(bad)})")
+    if bad.empty:
+        st.success("Every run of this invocation finished ok.")
+    else:
+        ui.table(bad, links=("details",))
+
+
+main()

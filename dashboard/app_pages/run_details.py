@@ -1,0 +1,100 @@
+"""Run details: one run's configuration, environment fingerprint, raw step times, warnings, and
+the error and stderr tail of a run that did not finish ok."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import catalog, charts, data, ui
+
+CONFIG = (
+    "run_id", "invocation_id", "started_at", "finished_at", "suite", "workload", "size", "backend", "device", "mode",
+    "dtype", "batch_size", "seq_len", "gen_len", "warmup_min_steps", "warmup_steps", "measured_steps", "tpu_eager_mode",
+    "compile_cache", "profile_steps", "verified", "max_rel_err", "verify_tolerance", "tags",
+)  # fmt: skip
+RESULTS = (
+    "median_step_ms", "p10_step_ms", "p90_step_ms", "mean_step_ms", "std_step_ms", "ci_low_step_ms",
+    "ci_high_step_ms", "median_host_ms", "samples_per_s", "tokens_per_s", "mfu", "flops_per_step", "first_step_s",
+    "compile_count", "compile_s", "recompiles_after_warmup", "peak_mem_bytes", "estimated_mem_bytes",
+    "param_count", "worker_wall_s", "device_wait_s", "host_load_1m", "host_other_cpu_share",
+)  # fmt: skip
+ENVIRONMENT = (
+    "host", "ray_node_id", "cpu_model", "device_count", "python_executable", "python_version", "torch_version",
+    "tpubench_version", "git_sha", "fingerprint",
+)  # fmt: skip
+
+
+def fields(run: pd.Series, names: tuple[str, ...]) -> pd.DataFrame:
+    """``names`` of ``run`` that have a value, as a two-column table of text."""
+    shown = [(name, run[name]) for name in names if name in run and pd.notna(run[name]) and run[name] != ""]
+    text = [f"{v:%Y-%m-%d %H:%M:%S} UTC" if isinstance(v, pd.Timestamp) else str(v) for _, v in shown]
+    return pd.DataFrame({"field": [name for name, _ in shown], "value": text})
+
+
+def main() -> None:
+    view = ui.page_view()
+    if view is None:
+        return
+    st.title("Run details")
+    run_id = ui.run_picker(view.runs, view.index, "Run")
+    if run_id is None:
+        return
+    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    loaded = data.runs(view.results, (invocation,), (run_id,))
+    ui.warn_skipped(loaded.skipped)
+    if loaded.frame.empty:
+        st.warning(f"Run `{run_id}` could not be read from the store.")
+        return
+    run = loaded.frame.iloc[0]
+    status = run["status"]
+    (st.success if status == "ok" else st.error)(
+        f"**{status}** · {data.series_label(loaded.frame).iloc[0]} · started {run['started_at']:%Y-%m-%d %H:%M} UTC"
+    )
+    if status != "ok":
+        if pd.notna(run["error"]) and run["error"]:
+            st.markdown("**Error**")
+            st.code(run["error"], language=None)
+        if pd.notna(run["stderr_tail"]) and run["stderr_tail"]:
+            st.markdown("**The worker's output, last lines**")
+            st.code(run["stderr_tail"], language=None)
+    if pd.notna(run["warnings"]) and run["warnings"]:
+        for line in str(run["warnings"]).splitlines():
+            st.warning(line)
+    if pd.notna(run["median_step_ms"]):
+        steps = data.steps(view.results, (invocation,), (run_id,), "measure", ("step", "step_ms"))
+        ui.warn_skipped(steps.skipped)
+        if not steps.frame.empty:
+            st.plotly_chart(
+                charts.step_histogram(steps.frame, run["median_step_ms"], run["p10_step_ms"], run["p90_step_ms"]),
+                key="run-histogram",
+            )
+    left, middle, right = st.columns(3)
+    left.markdown("**Configuration**")
+    ui.table(fields(run, CONFIG), where=left, height="content")
+    middle.markdown("**Results**")
+    measured = fields(run, RESULTS)
+    if measured.empty:
+        middle.caption(f"Nothing measured: the run is {status}.")
+    else:
+        ui.table(measured, where=middle, height="content")
+    right.markdown("**Environment fingerprint**")
+    ui.table(fields(run, ENVIRONMENT), where=right, height="content")
+    for column, title in (("backend_versions", "Backend versions"), ("env", "Environment variables")):
+        if pd.notna(run[column]) and run[column]:
+            with st.expander(title):
+                st.json(json.loads(run[column]))
+    if pd.notna(run["trace_path"]):
+        st.page_link(
+            catalog.BY_TITLE["Ops"].path,
+            label="This run's ops",
+            icon=":material/bar_chart:",
+            query_params={"run": run_id},
+        )
+        st.caption("Open its trace in its viewer (on 127.0.0.1):")
+        st.code(ui.trace_command(view, run_id), language="bash")
+
+
+main()

@@ -1,0 +1,119 @@
+"""Trends: each series' metric over time (step time with its p10-p90 band), with the change
+points ``tpubench regressions`` finds marked; a point leads to its run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data, state, ui
+from tpubench.analysis import changepoints
+
+#: how far back from the newest filtered run: days, or None for everything
+WINDOWS = {"30": 30, "90": 90, "365": 365, "all": None}
+WINDOW_LABELS = {"30": "30 days", "90": "90 days", "365": "a year", "all": "all of it"}
+#: series drawn at once (one panel each); more are listed below the chart
+MAX_PANELS = 6
+DEFAULT_PANELS = 4
+
+
+def window_runs(runs: pd.DataFrame, window: str) -> pd.DataFrame:
+    days = WINDOWS[window]
+    if days is None:
+        return runs
+    return runs[runs["started_at"] >= runs["started_at"].max() - pd.Timedelta(days=days)]
+
+
+def main() -> None:
+    view = ui.page_view()
+    if view is None:
+        return
+    st.title("Trends")
+    left, right = st.columns([2, 1])
+    metric = left.selectbox(
+        "Metric",
+        list(data.TREND_METRICS),
+        format_func=data.TREND_METRICS.__getitem__,
+        key=state.bind("metric", "median_step_ms", choices=list(data.TREND_METRICS)),
+    )
+    window = right.radio(
+        "Window, back from the newest run",
+        list(WINDOWS),
+        format_func=WINDOW_LABELS.__getitem__,
+        horizontal=True,
+        key=state.bind("window", "30", choices=list(WINDOWS)),
+        help="Change points are tested within the window. Their test costs the square of a series' points: "
+        "on a big store a long window takes seconds the first time (then it is cached).",
+    )
+    chosen = window_runs(view.runs, window)
+    invocations = tuple(sorted(chosen["invocation_id"].unique()))
+    loaded = data.trend_runs(view.results, invocations, metric)
+    ui.warn_skipped(loaded.skipped)
+    points = loaded.frame[loaded.frame["run_id"].isin(chosen["run_id"])]
+    points = points[(points["status"] == "ok") & points[metric].notna()]
+    if points.empty:
+        st.info(f"No ok run in the window has a value for {data.TREND_METRICS[metric]}.")
+        return
+    # the longest histories first: a series measured once has no trend to show
+    lengths = points.groupby("series")["invocation_id"].nunique()
+    all_series = sorted(lengths.index, key=lambda name: (-lengths[name], name))
+    found = [data.series_change_points(view.results, invocations, metric, name) for name in all_series]
+    changes = pd.concat(
+        [frame.assign(series=name) for name, frame in zip(all_series, found, strict=True) if not frame.empty]
+        or [pd.DataFrame(columns=[*changepoints.COLUMNS, "series"])],
+        ignore_index=True,
+    )
+    flagged = list(dict.fromkeys(changes.sort_values("started_at", ascending=False)["series"]))
+    default = (flagged + [s for s in all_series if s not in flagged])[:DEFAULT_PANELS]
+    shown = st.multiselect(
+        f"Series ({len(all_series)} in the window; those with change points, then the longest, first)",
+        all_series,
+        key=state.bind("series", default, "list", all_series),
+        max_selections=MAX_PANELS,
+        help=f"Up to {MAX_PANELS} at once, one panel each.",
+    )
+    regressions = int((changes["direction"] == "regression").sum()) if not changes.empty else 0
+    st.caption(
+        f"{len(changes)} change point(s), {regressions} of them regressions, in {len(all_series)} series over "
+        f"{len(invocations)} invocations. A change point must last 3 invocations on each side and pass a "
+        "Mann-Whitney test (p < 0.01, ≥ 5%): a single slow night is not one."
+    )
+    if shown:
+        figure = charts.trend_chart(points, shown, changes, metric, data.TREND_METRICS[metric])
+        event = st.plotly_chart(figure, key="trend", on_select="rerun", selection_mode="points")
+        picked = [point["customdata"][0] for point in event.selection.points if point.get("customdata")]
+        if picked:
+            st.page_link(
+                "app_pages/run_details.py",
+                label=f"Open run {picked[0]} in Run details",
+                icon=":material/open_in_new:",
+                query_params={"run": picked[0]},
+            )
+        else:
+            st.caption("Click a point to open its run.")
+    st.subheader("Change points")
+    if changes.empty:
+        st.success("No change point in the series shown by the filters and the window.")
+        return
+    first_runs = points.drop_duplicates(["series", "invocation_id"])[["series", "invocation_id", "run_id"]]
+    listed = changes.merge(first_runs, on=["series", "invocation_id"], how="left")
+    ui.table(
+        pd.DataFrame(
+            {
+                "series": listed["series"],
+                "from": pd.to_datetime(listed["started_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M"),
+                "direction": listed["direction"],
+                "change %": listed["change_pct"].round(1),
+                "before": listed["before"].round(3),
+                "after": listed["after"].round(3),
+                "p": listed["p_value"],
+                "git sha": listed["git_sha"],
+                "invocation": listed["invocation_id"],
+                "first run after": "run_details?run=" + listed["run_id"].fillna(""),
+            }
+        ).sort_values("from", ascending=False),
+        links=("first run after",),
+    )
+
+
+main()

@@ -1,0 +1,416 @@
+"""Plotly figures of the dashboard: frames in, figures out, one colour per backend on every page.
+
+Colours: a backend family has one hue, its compiled variant the darker shade, so ``cuda`` and
+``cuda-compile`` read as relatives and a GPU never looks like a TPU. A backend from a plug-in
+gets a colour from its name, the same on every page.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+BACKEND_COLOURS = {
+    "cpu": "#6baed6",
+    "cpu-compile": "#08519c",
+    "cuda": "#74c476",
+    "cuda-compile": "#006d2c",
+    "xla": "#fd8d3c",
+    "xla-compile": "#a63603",
+    "tpu": "#9e9ac8",
+    "tpu-compile": "#54278f",
+}
+_SPARE = px.colors.qualitative.Safe
+VERDICT_COLOURS = {
+    "regressed": "#c62828",
+    "improved": "#2e7d32",
+    "unchanged": "#9e9e9e",
+    "inconclusive": "#f9a825",
+    "unpaired": "#cfcfcf",
+}
+DIRECTION_COLOURS = {"regression": VERDICT_COLOURS["regressed"], "improvement": VERDICT_COLOURS["improved"]}
+CATEGORY_ORDER = (
+    "matmul",
+    "convolution",
+    "attention",
+    "normalization",
+    "elementwise",
+    "reduction",
+    "collective",
+    "data movement",
+    "host/runtime",
+    "other",
+    "others",
+)
+CATEGORY_COLOURS = dict(zip(CATEGORY_ORDER, px.colors.qualitative.Set3, strict=False))
+
+
+def colour(backend: str) -> str:
+    return BACKEND_COLOURS.get(backend) or _SPARE[zlib.crc32(backend.encode()) % len(_SPARE)]
+
+
+def colours(backends: Iterable[str]) -> dict[str, str]:
+    return {backend: colour(backend) for backend in backends}
+
+
+def _layout(figure: go.Figure, height: int = 420, **extra: object) -> go.Figure:
+    figure.update_layout(height=height, margin={"l": 10, "r": 10, "t": 40, "b": 10}, **extra)
+    return figure
+
+
+def config_label(frame: pd.DataFrame) -> pd.Series:
+    """A configuration without its backend: ``gpt2/tiny train bfloat16 4x128``."""
+    text = {column: frame[column].astype("string") for column in ("workload", "size", "mode", "dtype")}
+    shape = (
+        frame["batch_size"].astype("Int64").astype("string") + "x" + frame["seq_len"].astype("Int64").astype("string")
+    )
+    gen = pd.to_numeric(frame["gen_len"]).fillna(0)
+    shape = shape.where(gen == 0, shape + "+" + gen.astype("Int64").astype("string"))
+    return text["workload"] + "/" + text["size"] + " " + text["mode"] + " " + text["dtype"] + " " + shape
+
+
+def step_bars(summary: pd.DataFrame, title: str = "Median step time (ms), 95% CI") -> go.Figure:
+    """Median step per configuration, one bar per backend (and device), with the CI of the median."""
+    frame = summary[summary["median_step_ms"].notna()].copy()
+    frame["configuration"] = config_label(frame)
+    frame["side"] = frame["backend"] + " (" + frame["device"].fillna("?") + ")"
+    frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
+    frame["minus"] = frame["median_step_ms"] - frame["ci_low_step_ms"]
+    figure = px.bar(
+        frame,
+        x="configuration",
+        y="median_step_ms",
+        color="backend",
+        color_discrete_map=colours(frame["backend"].unique()),
+        barmode="group",
+        error_y="plus",
+        error_y_minus="minus",
+        hover_data={"side": True, "runs": True, "plus": False, "minus": False},
+        labels={"median_step_ms": "median step (ms)", "configuration": ""},
+        title=title,
+    )
+    return _layout(figure)
+
+
+def side_bars(base: pd.DataFrame, test: pd.DataFrame, base_name: str, test_name: str) -> go.Figure:
+    """Baseline and candidate median step per configuration side by side, with their CIs."""
+    pieces = []
+    for frame, name in ((base, base_name), (test, test_name)):
+        frame = frame[frame["median_step_ms"].notna()].copy()
+        frame["configuration"] = config_label(frame)
+        frame["side"] = name
+        pieces.append(frame)
+    frame = pd.concat(pieces, ignore_index=True)
+    if frame["backend"].nunique() > 1:  # a side of several backends: each bar names its own
+        frame["configuration"] = frame["configuration"] + " · " + frame["backend"]
+    frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
+    frame["minus"] = frame["median_step_ms"] - frame["ci_low_step_ms"]
+    figure = px.bar(
+        frame,
+        y="configuration",
+        x="median_step_ms",
+        color="side",
+        orientation="h",
+        category_orders={"side": [test_name, base_name]},  # a group's first bar is drawn lowest
+        color_discrete_map={base_name: "#9e9e9e", test_name: "#1f77b4"},
+        barmode="group",
+        error_x="plus",
+        error_x_minus="minus",
+        hover_data={"backend": True, "device": True, "runs": True, "plus": False, "minus": False},
+        labels={"median_step_ms": "median step (ms)", "configuration": "", "side": ""},
+        title="Median step time (ms) of each side, 95% CI of the median",
+    )
+    figure.update_yaxes(categoryorder="array", categoryarray=sorted(frame["configuration"].unique(), reverse=True))
+    figure.update_layout(legend_traceorder="reversed")
+    return _layout(figure, height=max(300, 80 + 30 * frame["configuration"].nunique()))
+
+
+def ratio_chart(step_rows: pd.DataFrame) -> go.Figure:
+    """Candidate ÷ baseline step time per configuration, its 95% CI, coloured by verdict."""
+    frame = step_rows[step_rows["ratio"].notna()].copy()
+    frame["configuration"] = config_label(frame) + " · " + frame["test_backend"].fillna("")
+    frame["change_pct"] = 100 * (frame["ratio"] - 1)
+    frame["plus"] = 100 * (frame["ci_high"] - frame["ratio"])
+    frame["minus"] = 100 * (frame["ratio"] - frame["ci_low"])
+    figure = px.bar(
+        frame,
+        y="configuration",
+        x="change_pct",
+        color="verdict",
+        color_discrete_map=VERDICT_COLOURS,
+        orientation="h",
+        error_x="plus",
+        error_x_minus="minus",
+        hover_data={"reason": True, "plus": False, "minus": False},
+        labels={"change_pct": "step time change, candidate vs baseline (%)", "configuration": ""},
+        title="Step time change (%) with its 95% CI; above 0 is slower",
+    )
+    figure.add_vline(x=0, line_color="#555")
+    figure.update_yaxes(categoryorder="array", categoryarray=list(frame["configuration"])[::-1])
+    return _layout(figure, height=max(300, 60 + 28 * len(frame)))
+
+
+def speedup_chart(cross: pd.DataFrame) -> go.Figure:
+    """Speedup (baseline step ÷ candidate step) per configuration; 1 means as fast."""
+    frame = cross.copy()
+    frame["configuration"] = config_label(frame)
+    frame["pair"] = frame["base_backend"] + " → " + frame["test_backend"]
+    figure = px.bar(
+        frame,
+        x="configuration",
+        y="speedup",
+        color="test_backend",
+        color_discrete_map=colours(frame["test_backend"].unique()),
+        hover_data={"pair": True, "base_step_ms": ":.2f", "test_step_ms": ":.2f", "cost_ratio": ":.2f"},
+        labels={"speedup": "speedup (x baseline)", "configuration": "", "test_backend": "candidate"},
+        title="Speedup of the candidate: baseline step ÷ candidate step (above 1 is faster)",
+    )
+    figure.add_hline(y=1, line_dash="dash", line_color="#555")
+    return _layout(figure)
+
+
+def trend_chart(points: pd.DataFrame, series: list[str], changes: pd.DataFrame, metric: str, label: str) -> go.Figure:
+    """One panel per series of ``series``, in that order: ``metric`` per run over time (p10-p90
+    band for step time), change points as vertical lines (red: regression, green: improvement).
+    Points carry their run id."""
+    shown: set[str] = set()  # backends already in the legend
+    figure = make_subplots(
+        rows=len(series), cols=1, shared_xaxes=True, subplot_titles=series, vertical_spacing=0.3 / max(len(series), 1)
+    )
+    for row, name in enumerate(series, start=1):
+        frame = points[points["series"] == name].sort_values("started_at")
+        backend = frame["backend"].iloc[0]
+        if metric == "median_step_ms":
+            figure.add_trace(
+                go.Scatter(
+                    x=frame["started_at"],
+                    y=frame["p90_step_ms"],
+                    mode="lines",
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    showlegend=False,
+                ),
+                row=row,
+                col=1,
+            )
+            figure.add_trace(
+                go.Scatter(
+                    x=frame["started_at"],
+                    y=frame["p10_step_ms"],
+                    mode="lines",
+                    line={"width": 0},
+                    fill="tonexty",
+                    fillcolor="rgba(120,120,120,0.18)",
+                    hoverinfo="skip",
+                    name="p10-p90 of the run's steps",
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
+        figure.add_trace(
+            go.Scatter(
+                x=frame["started_at"],
+                y=frame[metric],
+                mode="lines+markers",
+                marker={"size": 6, "color": colour(backend)},
+                line={"color": colour(backend), "width": 1.5},
+                name=backend,
+                legendgroup=backend,
+                showlegend=backend not in shown,
+                customdata=frame[["run_id", "git_sha"]].to_numpy(),
+                hovertemplate=f"%{{x|%Y-%m-%d %H:%M}}<br>{label}: %{{y:,.3f}}<br>run %{{customdata[0]}}"
+                "<br>git %{customdata[1]}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        shown.add(backend)
+        for change in changes[changes["series"] == name].itertuples():
+            figure.add_vline(
+                x=change.started_at,
+                line_dash="dash",
+                line_color=DIRECTION_COLOURS[change.direction],
+                row=row,
+                col=1,
+            )
+            figure.add_annotation(
+                x=change.started_at,
+                y=1,
+                yref=f"y{row if row > 1 else ''} domain",
+                text=f"{change.direction} {change.change_pct:+.1f}%",
+                showarrow=False,
+                font={"color": DIRECTION_COLOURS[change.direction]},
+                xanchor="left",
+                row=row,
+                col=1,
+            )
+        figure.update_yaxes(title_text=label, row=row, col=1)
+    return _layout(figure, height=120 + 240 * len(series), hovermode="closest", clickmode="event+select")
+
+
+def serving_chart(
+    runs: pd.DataFrame, x: str, y: str, facet: str | None, labels: dict[str, str], title: str
+) -> go.Figure:
+    """A serving metric across a sweep: one line per backend (and device), a panel per ``facet``
+    value, titled ``labels[facet] value`` (a short label: panels are narrow)."""
+    frame = runs[runs[y].notna()].sort_values(x).copy()
+    frame["side"] = frame["backend"] + " (" + frame["device"].fillna("?") + ")"
+    figure = px.line(
+        frame,
+        x=x,
+        y=y,
+        color="backend",
+        line_group="side",
+        facet_col=facet if facet and frame[facet].nunique() > 1 else None,
+        markers=True,
+        color_discrete_map=colours(frame["backend"].unique()),
+        hover_data={"side": True, "run_id": True},
+        labels=labels,
+        title=title,
+    )
+    swept = sorted(frame[x].unique())
+    figure.update_xaxes(type="log" if swept[-1] > 8 * max(swept[0], 1) else "linear", tickvals=swept)
+    figure.for_each_annotation(lambda note: note.update(text=note.text.replace("=", " ")))
+    return _layout(figure, height=380)
+
+
+def top_ops_bar(ranked: pd.DataFrame) -> go.Figure:
+    """The ranked ops' self time per traced step, coloured by category (``others`` included)."""
+    frame = ranked.copy()
+    frame["op"] = frame["op"].astype(str).str.slice(0, 60)
+    figure = px.bar(
+        frame,
+        x="self_us_per_step",
+        y="op",
+        color="category",
+        orientation="h",
+        color_discrete_map=CATEGORY_COLOURS,
+        hover_data={"calls": True, "self_pct": ":.1f"},
+        labels={"self_us_per_step": "self time per traced step (µs)", "op": "", "self_pct": "% of step"},
+        title="Top ops by self time per traced step (µs)",
+    )
+    figure.update_yaxes(categoryorder="array", categoryarray=list(frame["op"])[::-1])  # rank 1 on top
+    figure.update_layout(legend={"orientation": "h", "y": -0.12, "title": ""})
+    return _layout(figure, height=max(340, 100 + 22 * len(frame)))
+
+
+def category_treemap(ops: pd.DataFrame) -> go.Figure:
+    """Self time split by category, then op: where the step went at a glance."""
+    frame = ops[ops["self_time_us"] > 0].copy()
+    figure = px.treemap(
+        frame,
+        path=[px.Constant("all ops"), "category", "op"],
+        values="self_time_us",
+        color="category",
+        color_discrete_map={**CATEGORY_COLOURS, "(?)": "#eeeeee"},
+        title="Self time by category and op (area ∝ time)",
+    )
+    figure.update_traces(hovertemplate="%{label}<br>%{value:,.0f} µs<br>%{percentRoot:.1%} of all<extra></extra>")
+    return _layout(figure, height=460)
+
+
+def diff_bar(diff: pd.DataFrame, key: str) -> go.Figure:
+    """Change of each op (or category) per traced step, test minus base, largest first."""
+    colours_by_change = {
+        "slower": VERDICT_COLOURS["regressed"],
+        "new": "#ef6c00",
+        "faster": VERDICT_COLOURS["improved"],
+        "missing": "#00838f",
+        "same": VERDICT_COLOURS["unchanged"],
+    }
+    frame = diff.copy()
+    frame[key] = frame[key].astype(str).str.slice(0, 60)
+    figure = px.bar(
+        frame,
+        x="delta_us_per_step",
+        y=key,
+        color="change",
+        orientation="h",
+        color_discrete_map=colours_by_change,
+        hover_data={"base_us_per_step": ":,.1f", "test_us_per_step": ":,.1f", "ratio": ":.2f"},
+        labels={"delta_us_per_step": "change per traced step (µs): test - base", key: ""},
+        title=f"Largest changes by {key} (µs per traced step; right of 0: the test run spends more)",
+    )
+    figure.add_vline(x=0, line_color="#555")
+    figure.update_yaxes(categoryorder="array", categoryarray=list(frame[key])[::-1])  # largest change on top
+    return _layout(figure, height=max(320, 60 + 22 * len(frame)))
+
+
+def compile_times(runs: pd.DataFrame) -> go.Figure:
+    """First step (compilation included) and compile time per configuration and backend."""
+    frame = runs[runs["first_step_s"].notna()].copy()
+    frame["configuration"] = config_label(frame)
+    long = frame.melt(
+        id_vars=["configuration", "backend", "run_id"],
+        value_vars=["first_step_s", "compile_s"],
+        var_name="what",
+        value_name="seconds",
+    ).dropna(subset=["seconds"])
+    long["what"] = long["what"].map({"first_step_s": "first step", "compile_s": "compiling"})
+    figure = px.bar(
+        long,
+        x="configuration",
+        y="seconds",
+        color="backend",
+        pattern_shape="what",
+        barmode="group",
+        color_discrete_map=colours(long["backend"].unique()),
+        hover_data={"run_id": True},
+        labels={"seconds": "seconds", "configuration": "", "what": ""},
+        title="First step (compilation included) and time spent compiling (s)",
+    )
+    return _layout(figure)
+
+
+def compile_counts(steps: pd.DataFrame, labels: dict[str, str], backends: dict[str, str]) -> go.Figure:
+    """Cumulative compile count per step of each run: flat after warm-up is what you want."""
+    frame = steps[steps["compile_count"].notna()].sort_values(["run_id", "step"]).copy()
+    frame["run"] = frame["run_id"].map(labels)
+    frame["backend"] = frame["run_id"].map(backends)
+    figure = px.line(
+        frame,
+        x="step",
+        y="compile_count",
+        color="backend",
+        line_group="run",
+        markers=True,
+        color_discrete_map=colours(frame["backend"].unique()),
+        hover_data={"run": True, "phase": True},
+        labels={"compile_count": "graphs compiled so far", "step": "step (first, warm-up, measured)"},
+        title="Compile count per step: it should stop rising once warm-up ends",
+    )
+    return _layout(figure)
+
+
+def fallback_bar(fallbacks: pd.DataFrame) -> go.Figure:
+    """CPU-fallback ops (executions) per op and backend: the TPU migration blockers."""
+    figure = px.bar(
+        fallbacks,
+        x="count",
+        y="op",
+        color="backend",
+        orientation="h",
+        color_discrete_map=colours(fallbacks["backend"].unique()),
+        hover_data={"run": True},
+        labels={"count": "executions on the CPU", "op": ""},
+        title="Ops that fell back to the CPU (each is a TPU migration blocker)",
+    )
+    return _layout(figure, height=max(280, 60 + 26 * fallbacks["op"].nunique()))
+
+
+def step_histogram(steps: pd.DataFrame, median: float | None, p10: float | None, p90: float | None) -> go.Figure:
+    """The raw measured step times of one run, with its median and p10/p90."""
+    figure = px.histogram(
+        steps, x="step_ms", nbins=40, labels={"step_ms": "step time (ms)"}, title="Measured step times (ms)"
+    )
+    figure.update_yaxes(title_text="steps")
+    for value, name, dash in ((median, "median", "solid"), (p10, "p10", "dot"), (p90, "p90", "dot")):
+        if value is not None and value == value:
+            figure.add_vline(x=value, line_dash=dash, line_color="#c62828", annotation_text=name)
+    return _layout(figure, height=360)

@@ -1,0 +1,281 @@
+"""Every load and analysis the dashboard shows, cached with ``st.cache_data``; no widgets here.
+
+Reads go through :func:`tpubench.store.scan_table`, which pushes the work into the parquet
+reader. The sidebar filters a small index of every run (a few columns of the runs table);
+each page then reads only the invocations (files), runs and columns it shows, so a page
+costs what it shows, not what the store holds. Analyses are :mod:`tpubench.analysis`'s
+own functions, called as the CLI calls them, so both show the same numbers.
+
+Loads return the store's warnings (unreadable files) with the data, so a page can name
+the files it skipped even when the value comes from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from dashboard import RESULTS_ENV
+from reports import summary_table
+from tpubench import store
+from tpubench.analysis import changepoints, compare
+from tpubench.analysis.prices import load_prices
+from tpubench.analysis.select import parse_selector, select_runs
+from tpubench.schema import RUNS
+
+#: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
+TTL_S = 300
+#: what the sidebar filters and the pages' pickers need of every run
+INDEX_COLUMNS = (
+    "run_id",
+    "invocation_id",
+    "started_at",
+    "suite",
+    "workload",
+    "size",
+    "backend",
+    "device",
+    "mode",
+    "dtype",
+    "batch_size",
+    "seq_len",
+    "gen_len",
+    "status",
+    "tags",
+    "trace_path",
+)
+#: the sidebar's multiselect filters, each a runs column
+FILTER_COLUMNS = ("suite", "workload", "size", "backend", "device", "mode", "dtype")
+#: one configuration: what a series follows over time and a comparison pairs on
+CONFIG_KEYS = changepoints.SERIES_KEYS
+SERVING_MODES = ("prefill", "decode")
+#: metrics the Trends page follows: runs column -> label with unit
+TREND_METRICS = {
+    "median_step_ms": "median step (ms)",
+    "tokens_per_s": "tokens/s",
+    "ttft_p50_ms": "TTFT p50 (ms)",
+    "tpot_p50_ms": "TPOT p50 (ms)",
+    "first_step_s": "first step (s)",
+    "compile_s": "compile time (s)",
+    "peak_mem_bytes": "peak memory (bytes)",
+}
+SERVING_COLUMNS = (
+    *INDEX_COLUMNS,
+    *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in (50, 90, 99)),
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "bandwidth_util",
+    "median_step_ms",
+)
+
+
+def results_location() -> str:
+    """The store this dashboard shows (fixed at start: nothing in the UI can point it elsewhere)."""
+    return os.environ.get(RESULTS_ENV) or str(store.DEFAULT_RESULTS_DIR)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A frame and the store's warnings about files it had to skip."""
+
+    frame: pd.DataFrame
+    skipped: tuple[str, ...] = ()
+
+
+def _scan(results: str, table: str, columns: tuple[str, ...] | None = None, **filters: object) -> Loaded:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frame = store.scan_table(results, table, columns, **filters)
+    skipped = tuple(str(w.message) for w in caught if str(w.message).startswith("skipping unreadable"))
+    return Loaded(frame, skipped)
+
+
+def _tag_pairs(text: object) -> tuple[str, ...]:
+    tags = json.loads(text) if isinstance(text, str) and text else {}
+    return tuple(f"{key}={value}" for key, value in sorted(tags.items()))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading the results store ...")
+def run_index(results: str) -> Loaded:
+    """Every run, :data:`INDEX_COLUMNS` only, oldest first, with its tags as ``key=value`` pairs.
+
+    Raises :class:`tpubench.store.StoreError` when the store does not exist.
+    """
+    loaded = _scan(results, "runs", INDEX_COLUMNS)
+    frame = loaded.frame.sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
+    frame["tag_pairs"] = frame["tags"].map(_tag_pairs)
+    return Loaded(frame, loaded.skipped)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The sidebar's choice: accepted values per column, tags, a UTC date range; empty means all."""
+
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    tags: tuple[str, ...] = ()  # "key=value": any value of a key, every key
+    since: date | None = None
+    until: date | None = None
+
+    def apply(self, runs: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``runs`` (index rows) the filters keep."""
+        mask = np.ones(len(runs), dtype=bool)
+        for column, values in self.columns:
+            if values:
+                mask &= runs[column].isin(values).to_numpy()
+        by_key: dict[str, set[str]] = {}
+        for pair in self.tags:
+            key, _, _ = pair.partition("=")
+            by_key.setdefault(key, set()).add(pair)
+        for wanted in by_key.values():
+            mask &= runs["tag_pairs"].map(lambda pairs, wanted=wanted: not wanted.isdisjoint(pairs)).to_numpy(bool)
+        if self.since is not None:
+            mask &= (runs["started_at"] >= pd.Timestamp(self.since, tz="UTC")).to_numpy()
+        if self.until is not None:
+            mask &= (runs["started_at"] < pd.Timestamp(self.until + timedelta(days=1), tz="UTC")).to_numpy()
+        return runs[mask]
+
+
+def invocations(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per invocation of ``runs``, newest first: invocation_id, started_at, runs, not_ok."""
+    grouped = runs.groupby("invocation_id", sort=False).agg(
+        started_at=("started_at", "min"), runs=("run_id", "size"), not_ok=("status", lambda s: int((s != "ok").sum()))
+    )
+    return grouped.sort_values("started_at", ascending=False).reset_index()
+
+
+def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
+    """The most recent run of each configuration (:data:`CONFIG_KEYS`) in ``runs``."""
+    ordered = runs.sort_values("started_at", kind="stable")
+    return ordered.groupby(list(CONFIG_KEYS), dropna=False, sort=False).tail(1)
+
+
+def series_label(runs: pd.DataFrame) -> pd.Series:
+    """A configuration as one readable string: ``gpt2/tiny train bfloat16 cuda (NVIDIA H100) 4x128``."""
+    shape = runs["batch_size"].astype("Int64").astype(str) + "x" + runs["seq_len"].astype("Int64").astype(str)
+    shape = shape.where(runs["gen_len"].fillna(0) == 0, shape + "+" + runs["gen_len"].astype("Int64").astype(str))
+    device = runs["device"].fillna("no device")
+    what = runs["workload"] + "/" + runs["size"] + " " + runs["mode"] + " " + runs["dtype"]
+    return what + " " + runs["backend"] + " (" + device + ") " + shape
+
+
+def run_label(runs: pd.DataFrame) -> pd.Series:
+    """A run as a picker shows it: when, what, where, and the start of its id."""
+    when = runs["started_at"].dt.strftime("%Y-%m-%d %H:%M")
+    return when + " · " + series_label(runs) + " · " + runs["status"] + " · " + runs["run_id"].str[:8]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def runs(
+    results: str,
+    invocations: tuple[str, ...],
+    run_ids: tuple[str, ...] | None = None,
+    columns: tuple[str, ...] | None = None,
+) -> Loaded:
+    """Runs rows from ``invocations``' files only; only ``run_ids`` and ``columns`` if given."""
+    filters: dict[str, object] = {"invocation_id": list(invocations)}
+    if run_ids is not None:
+        filters["run_id"] = list(run_ids)
+    return _scan(results, "runs", columns, **filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def steps(
+    results: str,
+    invocations: tuple[str, ...],
+    run_ids: tuple[str, ...] | None = None,
+    phase: str | None = None,
+    columns: tuple[str, ...] | None = None,
+) -> Loaded:
+    """Steps rows from ``invocations``' files only, of ``run_ids`` and ``phase`` if given."""
+    filters: dict[str, object] = {"invocation_id": list(invocations)}
+    if run_ids is not None:
+        filters["run_id"] = list(run_ids)
+    if phase is not None:
+        filters["phase"] = phase
+    return _scan(results, "steps", columns, **filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def run_ops(results: str, invocation: str, run_id: str) -> Loaded:
+    """One run's rows of the ops table (from its invocation's file)."""
+    return _scan(results, "ops", invocation_id=invocation, run_id=run_id)
+
+
+def select(results: str, candidates: pd.DataFrame, selector: str) -> pd.DataFrame:
+    """The rows of ``candidates`` (index rows) that ``selector`` picks, as ``tpubench compare``
+    picks them (:func:`tpubench.analysis.select.select_runs`); columns its terms name beyond
+    the index are read for those runs. Raises SelectorError / NoRunsMatch as the CLI's does."""
+    terms = parse_selector(selector)
+    extra = tuple(sorted({t.field for t in terms if t.field in RUNS.names} - set(candidates.columns)))
+    if extra and not candidates.empty:
+        loaded = runs(results, tuple(sorted(set(candidates["invocation_id"]))), None, ("run_id", *extra))
+        candidates = candidates.merge(loaded.frame, on="run_id", how="left")
+    return select_runs(candidates, terms)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``tpubench compare`` computes for two selections, plus each side's summary."""
+
+    frame: pd.DataFrame  # compare.compare_runs
+    cross: pd.DataFrame  # compare.cross_backend (empty when the sides share backend and device)
+    keys: tuple[str, ...]  # what runs were paired on
+    base_summary: pd.DataFrame  # reports.summary_table of each side (median step and its CI per configuration)
+    test_summary: pd.DataFrame
+    skipped: tuple[str, ...] = field(default=())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Comparing: bootstrap CIs and significance tests ...")
+def comparison(
+    results: str,
+    base_runs: tuple[tuple[str, str], ...],
+    test_runs: tuple[tuple[str, str], ...],
+    statistic: str = "median",
+) -> Comparison:
+    """Baseline against candidate, each given as (invocation_id, run_id) pairs, as ``tpubench
+    compare`` does it: :func:`compare.compare_runs` on the runs and their measured steps, and
+    :func:`compare.cross_backend` (prices: the built-in table or ``$TPUBENCH_PRICES``) when the
+    two sides ran different backends or devices."""
+    sides, skipped = [], []
+    for chosen in (base_runs, test_runs):
+        invocations = tuple(sorted({invocation for invocation, _ in chosen}))
+        ids = tuple(run_id for _, run_id in chosen)
+        rows, measured = runs(results, invocations, ids), steps(results, invocations, ids, "measure")
+        sides.append((rows.frame, measured.frame))
+        skipped += [*rows.skipped, *measured.skipped]
+    (base, base_steps), (test, test_steps) = sides
+    keys = compare.pair_keys(base, test)
+    frame = compare.compare_runs(base, test, base_steps, test_steps, compare.Settings(statistic=statistic), keys)
+    cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
+    if not set(compare.SIDE_KEYS) <= set(keys):
+        cross = compare.cross_backend(base, test, load_prices())
+    return Comparison(frame, cross, tuple(keys), summary_table(base), summary_table(test), tuple(skipped))
+
+
+def trend_columns(metric: str) -> tuple[str, ...]:
+    band = ("p10_step_ms", "p90_step_ms") if metric == "median_step_ms" else ()
+    return ("run_id", "invocation_id", "started_at", "git_sha", "status", *CONFIG_KEYS, metric, *band)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading the series ...")
+def trend_runs(results: str, invocations: tuple[str, ...], metric: str) -> Loaded:
+    """The runs of ``invocations`` with what a trend of ``metric`` needs, and a ``series`` label."""
+    loaded = runs(results, invocations, None, trend_columns(metric))
+    frame = loaded.frame.copy()
+    frame["series"] = series_label(frame)
+    return Loaded(frame, loaded.skipped)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Looking for change points ...")
+def series_change_points(results: str, invocations: tuple[str, ...], metric: str, series: str) -> pd.DataFrame:
+    """:func:`changepoints.change_points` of one series (cached per series: a filter change that
+    keeps a series keeps its change points, and the test's cost grows with the square of its points)."""
+    frame = trend_runs(results, invocations, metric).frame
+    return changepoints.change_points(frame[frame["series"] == series], metric)

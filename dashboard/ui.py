@@ -1,0 +1,165 @@
+"""What every page shares: the sidebar's filters, the empty state, the warning banner, pickers.
+
+``app.py`` calls :func:`sidebar` on every run, before the page; a page starts with
+:func:`page_view`, which hands it the filtered runs or draws why there are none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data, state
+from tpubench.store import StoreError
+
+_VIEW = "_view"
+#: a picker lists at most this many runs (newest first): thousands of options make every rerun slow
+RUN_CHOICES = 200
+FILTER_LABELS = {
+    "suite": "Suite",
+    "workload": "Workload",
+    "size": "Size",
+    "backend": "Backend",
+    "device": "Device",
+    "mode": "Mode",
+    "dtype": "Dtype",
+}
+
+
+@dataclass
+class View:
+    """The store and the runs the sidebar's filters keep (index columns: :data:`data.INDEX_COLUMNS`)."""
+
+    results: str
+    index: pd.DataFrame
+    runs: pd.DataFrame
+    skipped: tuple[str, ...] = ()
+    problem: str | None = None  # why there is nothing to show: the store is missing or empty
+
+
+def sidebar() -> None:
+    """Draw the filters from the store's index and keep the resulting view for the page."""
+    results = data.results_location()
+    st.sidebar.caption(f"Results: `{results}`")
+    try:
+        loaded = data.run_index(results)
+    except StoreError:
+        st.session_state[_VIEW] = View(results, pd.DataFrame(), pd.DataFrame(), problem="missing")
+        return
+    index = loaded.frame
+    if index.empty:
+        st.session_state[_VIEW] = View(results, index, index, loaded.skipped, problem="empty")
+        return
+    chosen = []
+    for column, label in FILTER_LABELS.items():
+        options = sorted(index[column].dropna().unique())
+        key = state.bind(column, [], "list", options)
+        chosen.append((column, tuple(st.sidebar.multiselect(label, options, key=key, placeholder="all"))))
+    tag_options = sorted({pair for pairs in index["tag_pairs"] for pair in pairs})
+    tags = st.sidebar.multiselect(
+        "Tags",
+        tag_options,
+        key=state.bind("tag", [], "list", tag_options),
+        placeholder="any" if tag_options else "no run has tags",
+        help="`--tag KEY=VALUE` of `tpubench run`: a run must have one of the chosen values of each chosen key.",
+    )
+    days = st.sidebar.date_input(
+        "Dates (UTC)",
+        value=(),  # a range picker; what it holds comes from the session (and at first from the URL)
+        key=state.bind("dates", (), "dates"),
+        help="Runs started on these days. Leave empty for all.",
+    )
+    since, until = (*tuple(days), None, None)[:2]
+    filters = data.Filters(tuple(chosen), tuple(tags), since, until)
+    reload_help = f"Read the store again (new runs also appear by themselves within {data.TTL_S // 60} minutes)."
+    if st.sidebar.button("Reload results", help=reload_help):
+        st.cache_data.clear()
+        st.rerun()
+    st.session_state[_VIEW] = View(results, index, filters.apply(index), loaded.skipped)
+
+
+def empty_state(view: View) -> None:
+    """No results yet: say so, and give the command that makes some."""
+    where = "does not exist yet" if view.problem == "missing" else "has no runs yet"
+    results = view.results if " " not in view.results else f"'{view.results}'"
+    st.info(f"The results store `{view.results}` {where}. Run a suite to fill it, then reload this page:")
+    st.code(f"tpubench run --suite llm --results {results}", language="bash")
+    st.caption("`tpubench list` shows the suites and workloads; `tpubench env` the backends this machine has.")
+
+
+def warn_skipped(skipped: tuple[str, ...]) -> None:
+    """A banner naming the files the store could not read (the rest of the page still works)."""
+    if skipped:
+        st.warning("Some results files could not be read and were left out:\n\n" + "\n".join(f"- {m}" for m in skipped))
+
+
+def page_view() -> View | None:
+    """The page's view, or None after drawing why there is nothing to show."""
+    view: View = st.session_state[_VIEW]
+    warn_skipped(view.skipped)
+    if view.problem:
+        empty_state(view)
+        return None
+    if view.runs.empty:
+        st.info("No runs match the filters in the sidebar. Clear some of them to see runs.")
+        return None
+    return view
+
+
+def invocation_picker(runs: pd.DataFrame, label: str = "Invocation", key: str = "invocation") -> str:
+    """A choice among the invocations of ``runs``, newest first (the default)."""
+    table = data.invocations(runs)
+    labels = {
+        row.invocation_id: f"{row.started_at:%Y-%m-%d %H:%M} UTC · {row.invocation_id} · {row.runs} runs"
+        + (f", {row.not_ok} not ok" if row.not_ok else "")
+        for row in table.itertuples()
+    }
+    options = list(labels)
+    state.bind(key, options[0], choices=options)
+    return st.selectbox(
+        label, options, format_func=labels.__getitem__, key=key, help="A `tpubench run` invocation: newest first."
+    )
+
+
+def run_picker(candidates: pd.DataFrame, index: pd.DataFrame, label: str, key: str = "run") -> str | None:
+    """A choice among the newest :data:`RUN_CHOICES` runs of ``candidates``, plus the one the URL
+    names if the store has it (a link to a run works whatever the filters). None when there is none."""
+    wanted = st.session_state.get(key) or next(iter(st.query_params.get_all(key)[-1:]), None)
+    recent = candidates.iloc[::-1].head(RUN_CHOICES)
+    if wanted and wanted not in set(recent["run_id"]):
+        found = index[index["run_id"] == wanted]
+        if found.empty:
+            st.warning(f"There is no run `{wanted}` in this store; pick one below.")
+        recent = pd.concat([found, recent])
+    if recent.empty:
+        return None
+    labels = dict(zip(recent["run_id"], data.run_label(recent), strict=True))
+    options = list(labels)
+    state.bind(key, options[0], choices=options)
+    if len(candidates) > RUN_CHOICES:
+        label += f" (the newest {RUN_CHOICES} of {len(candidates):,}; narrow the filters for older ones)"
+    return st.selectbox(label, options, format_func=labels.__getitem__, key=key)
+
+
+def table(data: Any, links: tuple[str, ...] = (), where: Any = st, **options: Any) -> None:
+    """A table as every page shows one: full width, no index, missing values as a dash, and
+    ``links`` (columns of relative URLs such as ``run_details?run=ID``) as "open run" links."""
+    config = {column: st.column_config.LinkColumn(column, display_text="open run") for column in links}
+    options = {"hide_index": True, "width": "stretch", "placeholder": "-", **options}
+    where.dataframe(data, column_config=config, **options)
+
+
+def number(value: Any, digits: int = 2, suffix: str = "") -> str:
+    """``value`` for a table cell: thousands separated, missing as a dash."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def trace_command(view: View, run_id: str) -> str:
+    """The command that opens a run's trace in its viewer (on 127.0.0.1)."""
+    return f"tpubench trace {run_id} --open --results {view.results}"

@@ -1,0 +1,331 @@
+"""The dashboard on a store written by real `tpubench run`s of tiny workloads: every page through
+Streamlit's AppTest, the URL state, the empty store, bad input and corrupt files; and the
+whole thing served by `tpubench dashboard` and driven in headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import urllib.request
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import ROOT, command, tpubench, wait_for
+from streamlit.testing.v1 import AppTest
+
+from dashboard import RESULTS_ENV, catalog, data
+from tpubench import store
+
+APP = ROOT / "dashboard" / "app.py"
+TINY = "--workload gpt2 --size tiny --backend cpu --steps 5 --warmup 1"
+#: where the browser test leaves its screenshots (gitignored)
+SCREENSHOTS = ROOT / "tests" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A failed run, a decode sweep, then two nights of profiled train and infer runs (with an
+    unavailable cuda backend asked for by name); oldest first, so the second night is the latest."""
+    path = tmp_path_factory.mktemp("dashboard") / "results"
+    faults = {"TPUBENCH_WORKLOAD_MODULES": "fault_workloads", "PYTHONPATH": str(ROOT / "tests")}
+    night = f"{TINY} --backend cuda --mode infer --mode train --batch-size 2 --seq-len 32 --profile --profile-steps 2"
+    lines = [
+        ("--workload fault-raise --backend cpu --mode infer --steps 1", faults),
+        (f"{TINY} --mode decode --batch-size 1,2 --prompt-len 16,32 --gen-len 4", None),
+        (f"{night} --tag night=1", None),
+        (f"{night} --tag night=2", None),
+    ]
+    for line, env in lines:
+        done = tpubench(f"run {line} --results", str(path), env=env)
+        assert done.returncode == 0, done.stderr
+    return path
+
+
+@pytest.fixture
+def serve(monkeypatch: pytest.MonkeyPatch):
+    """An AppTest of the dashboard over a store, opened at a page with query parameters, as a link would."""
+
+    def open_at(results: Path, page: str | None = None, **params: str | list[str]) -> AppTest:
+        monkeypatch.setenv(RESULTS_ENV, str(results))
+        app = AppTest.from_file(str(APP), default_timeout=120)
+        if page:
+            app.switch_page(catalog.BY_TITLE[page].path)
+        app.query_params.update(params)
+        app.run()
+        assert not app.exception, app.exception[0].value
+        return app
+
+    return open_at
+
+
+def texts(app: AppTest) -> str:
+    """Everything the page says in text elements (markdown, captions, alerts, code)."""
+    kinds = ("markdown", "caption", "info", "warning", "error", "success", "code")
+    parts = [element.value for kind in kinds for element in app.get(kind)]
+    return "\n".join(str(part) for part in parts)
+
+
+def frames(app: AppTest) -> list[pd.DataFrame]:
+    return [element.value for element in app.dataframe]
+
+
+def charts(app: AppTest) -> int:
+    return len(app.get("plotly_chart"))
+
+
+def runs_of(results: Path) -> pd.DataFrame:
+    return store.load_runs(results).sort_values("started_at", ignore_index=True)
+
+
+def test_overview_shows_the_latest_invocation_as_a_matrix_with_what_did_not_run(serve, results: Path) -> None:
+    app = serve(results)
+    assert app.title[0].value == "Overview"
+    runs = runs_of(results)
+    latest = runs[runs["invocation_id"] == runs["invocation_id"].iloc[-1]]
+    assert app.selectbox(key="invocation").value == latest["invocation_id"].iloc[0]
+    matrix, problems = frames(app)
+    device = latest.loc[latest["backend"] == "cpu", "device"].iloc[0]
+    assert set(matrix.columns) == {f"cpu ({device})", "cuda (no device)"}
+    assert set(matrix["cuda (no device)"]) == {"✗ unavailable"}
+    assert matrix[f"cpu ({device})"].map(float).gt(0).all()  # median step in ms
+    assert set(problems["status"]) == {"unavailable"} and problems["reason"].str.len().gt(0).all()
+    assert charts(app) == 1
+    app.radio(key="value").set_value("status").run()
+    assert set(frames(app)[0][f"cpu ({device})"]) == {"ok"}
+
+
+def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) -> None:
+    app = serve(results, "Compare")
+    nights = data.invocations(runs_of(results))["invocation_id"]
+    assert f"invocation={nights.iloc[1]}" in texts(app) and f"invocation={nights.iloc[0]}" in texts(app)
+    verdicts = frames(app)[-1]
+    assert "step (ms)" in set(verdicts["metric"])
+    # one run a side cannot show its own noise: never a regression on timing alone
+    assert not (verdicts["metric"].eq("step (ms)") & verdicts["verdict"].eq("regressed")).any()
+    assert charts(app) == 2  # each side's step time, and the change with its CI
+    app.toggle(key="all").set_value(True).run()
+    assert "peak_mem (MiB)" in set(frames(app)[-1]["metric"])
+    app.radio(key="how").set_value("backends").run()
+    # a GPU is the baseline where there is one
+    assert app.selectbox(key="base_backend").value == "cuda" and app.selectbox(key="test_backend").value == "cpu"
+    assert not app.exception
+
+
+def test_compare_reports_a_bad_selector_in_one_line(serve, results: Path) -> None:
+    app = serve(results, "Compare", how="custom", baseline="sha=", candidate="nonsense~")
+    assert not app.exception
+    assert app.error and "nonsense~" in app.error[0].value
+    app.text_input(key="baseline").set_value("tag.night=1").run()
+    app.text_input(key="candidate").set_value("tag.night=2").run()
+    assert not app.error and frames(app)[-1]["verdict"].notna().all()
+    app.text_input(key="candidate").set_value("tag.night=1").run()
+    assert "share" in app.error[0].value  # a run compared with itself
+
+
+def test_trends_draws_each_series_with_its_runs(serve, results: Path) -> None:
+    app = serve(results, "Trends")
+    shown = app.multiselect(key="series").value
+    assert shown and all("gpt2/tiny" in series for series in shown)
+    assert charts(app) == 1
+    assert "No change point" in texts(app)  # two nights: a shift must last three on each side
+    app.selectbox(key="metric").set_value("tokens_per_s").run()
+    assert charts(app) == 1 and not app.exception
+
+
+def test_serving_shows_the_decode_sweep(serve, results: Path) -> None:
+    app = serve(results, "Serving")
+    assert app.selectbox(key="model").value == "gpt2/tiny"
+    percentiles = frames(app)[0]
+    assert sorted(zip(percentiles["batch"], percentiles["prompt"], strict=True)) == [(1, 16), (1, 32), (2, 16), (2, 32)]
+    assert percentiles["TPOT p50 ms"].gt(0).all() and percentiles["output tokens/s"].gt(0).all()
+    assert charts(app) == 3  # TPOT, tokens/s, TTFT; a CPU has no bandwidth peak, which the page says
+    assert "no peak bandwidth" in texts(app)
+
+
+def test_ops_ranks_a_profiled_runs_ops_and_diffs_two_runs(serve, results: Path) -> None:
+    app = serve(results, "Ops")
+    run_id = app.selectbox(key="run").value
+    assert f"tpubench trace {run_id} --open --results {results}" in texts(app)
+    assert charts(app) == 2  # top ops, and the treemap
+    split = frames(app)[0]
+    assert split["share of self time"].sum() == pytest.approx(1.0)
+    app.selectbox(key="base").select_index(1).run()  # the newest other profiled run
+    assert not app.exception and charts(app) == 3
+    assert set(frames(app)[-1]["change"]) <= {"new", "missing", "slower", "faster", "same"}
+
+
+def test_compilation_lists_compile_facts_per_run(serve, results: Path) -> None:
+    app = serve(results, "Compilation")
+    assert "No run of this invocation compiled a graph" in texts(app)  # cpu is eager
+    table = frames(app)[-1]
+    assert set(table["backend"]) == {"cpu", "cuda"} and table["first step s"].notna().sum() == 2
+
+
+def test_run_details_of_a_failed_run_show_its_error_and_output(serve, results: Path) -> None:
+    runs = runs_of(results)
+    failed = runs.loc[runs["status"] == "failed", "run_id"].iloc[0]
+    app = serve(results, "Run details", run=failed)
+    assert app.selectbox(key="run").value == failed
+    said = texts(app)
+    assert "deliberate failure in build_model" in said and "Traceback" in said
+    assert app.query_params["run"] == failed
+
+
+def test_run_details_of_an_ok_run_show_its_step_times(serve, results: Path) -> None:
+    runs = runs_of(results)
+    ok = runs.loc[(runs["status"] == "ok") & (runs["mode"] == "train"), "run_id"].iloc[-1]
+    app = serve(results, "Run details", run=ok)
+    assert charts(app) == 1  # the histogram of raw step times
+    config = frames(app)[0].set_index("field")["value"]
+    assert config["run_id"] == ok and config["mode"] == "train"
+    assert "tpubench trace" in texts(app)
+
+
+def test_a_link_restores_the_view_and_the_url_follows_the_widgets(serve, results: Path) -> None:
+    app = serve(results, "Overview", backend="cpu", mode=["train", "infer"], value="tokens_per_s")
+    assert app.sidebar.multiselect(key="backend").value == ["cpu"]
+    assert app.sidebar.multiselect(key="mode").value == ["train", "infer"]
+    assert app.radio(key="value").value == "tokens_per_s"
+    assert app.query_params == {"backend": "cpu", "mode": ["train", "infer"], "value": "tokens_per_s"}
+    assert all(column.startswith("cpu (") for column in frames(app)[0].columns)
+    app.radio(key="value").set_value("median_step_ms").run()  # back to the default: left out of the URL
+    app.sidebar.multiselect(key="workload").set_value(["gpt2"]).run()
+    assert app.query_params == {"backend": "cpu", "mode": ["train", "infer"], "workload": "gpt2"}
+    app.sidebar.date_input(key="dates").set_value((date(2020, 1, 1), date(2020, 1, 2))).run()
+    assert app.query_params["dates"] == "2020-01-01..2020-01-02"
+    assert "No runs match the filters" in texts(app)
+
+
+def test_a_stale_link_falls_back_and_says_so(serve, results: Path) -> None:
+    app = serve(results, "Run details", run="no-such-run", backend=["cpu", "no-such-backend"], dates="junk")
+    assert "no run `no-such-run`" in texts(app)
+    assert app.sidebar.multiselect(key="backend").value == ["cpu"]
+    assert app.sidebar.date_input(key="dates").value == ()
+    assert app.selectbox(key="run").value in set(runs_of(results)["run_id"])
+
+
+@pytest.mark.parametrize("page", [page.title for page in catalog.PAGES])
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_an_empty_store_says_how_to_fill_it(serve, tmp_path: Path, page: str, kind: str) -> None:
+    results = tmp_path / "results"
+    if kind == "empty":
+        results.mkdir()
+    app = serve(results, page)
+    assert f"tpubench run --suite llm --results {results}" in texts(app)
+    assert not app.error
+
+
+def test_a_corrupt_file_is_named_and_the_rest_works(serve, results: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    partition = next((copy / "runs").iterdir())
+    (partition / "torn.parquet").write_bytes(b"PAR1 not really parquet")
+    for page in catalog.PAGES:
+        app = serve(copy, page.title)
+        assert any("torn.parquet" in warning.value for warning in app.warning), page.title
+        assert app.title[0].value == page.title
+
+
+def test_filters_keep_runs_by_column_tag_and_day() -> None:
+    index = pd.DataFrame(
+        {
+            "backend": ["cpu", "cuda", "cpu"],
+            "tag_pairs": [("night=1", "who=a"), ("night=2",), ("night=3", "who=b")],
+            "started_at": pd.to_datetime(["2026-11-01 10:00", "2026-11-02 23:59", "2026-11-03 00:00"], utc=True),
+        }
+    )
+    keep = lambda **chosen: list(data.Filters(**chosen).apply(index).index)  # noqa: E731
+    assert keep() == [0, 1, 2]
+    assert keep(columns=(("backend", ("cpu",)),)) == [0, 2]
+    assert keep(tags=("night=1", "night=2")) == [0, 1]  # any value of a key
+    assert keep(tags=("night=1", "who=b")) == []  # every key
+    assert keep(since=date(2026, 11, 2), until=date(2026, 11, 2)) == [1]  # whole UTC days
+
+
+def test_cli_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "file"
+    afile.write_text("")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for line, message in (
+            ("dashboard --port 70000", "--port expects 1-65535"),
+            (f"dashboard --results {afile}", "not a directory"),
+            (f"dashboard --port {port}", f"cannot listen on 127.0.0.1:{port}"),
+        ):
+            done = tpubench(line)
+            assert done.returncode == 2, done.stderr
+            assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+            assert done.stderr.count("\n") == 1, done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:
+            return response.read() == b"ok"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_every_page_in_a_real_browser(results: Path) -> None:
+    """`tpubench dashboard` serves every page to headless Chromium: content, no error box, a screenshot each."""
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium (apt-get install -y chromium; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    port = _free_port()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    log = (SCREENSHOTS / "server.log").open("w")
+    server = subprocess.Popen(
+        command(f"dashboard --port {port} --results", str(results)), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+    )
+    try:
+        wait_for(lambda: _healthy(port) or server.poll() is not None, "the dashboard's health endpoint", 180)
+        assert server.poll() is None, (SCREENSHOTS / "server.log").read_text()
+        listening = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
+        assert f"127.0.0.1:{port} " in listening and f"0.0.0.0:{port} " not in listening
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            base = f"http://127.0.0.1:{port}"
+            for index, info in enumerate(catalog.PAGES):
+                path = "/" if index == 0 else f"/{info.url_path}"  # the home page lives at the root
+                page.goto(f"{base}{path}?backend=cpu" if info.title != "Run details" else f"{base}{path}")
+                page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=120_000)
+                page.get_by_role("heading", name=info.title, exact=True).wait_for()
+                if info.title != "Run details":  # the newest run may be one that measured nothing
+                    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+                assert page.locator("[data-testid=stException]").count() == 0, info.title
+                page.screenshot(path=str(SCREENSHOTS / f"{index}-{info.url_path}.png"))
+            page.goto(f"{base}/?backend=cpu")  # the filters survive a switch of page in the sidebar, URL included
+            page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=120_000)
+            page.get_by_role("link", name="Trends").click()
+            page.wait_for_function("() => location.pathname.endsWith('/trends') && location.search == '?backend=cpu'")
+            page.get_by_role("heading", name="Trends", exact=True).wait_for()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+    assert os.listdir(SCREENSHOTS)
