@@ -56,6 +56,8 @@ FILTER_COLUMNS = ("suite", "workload", "size", "backend", "device", "mode", "dty
 #: one configuration: what a series follows over time and a comparison pairs on
 CONFIG_KEYS = changepoints.SERIES_KEYS
 SERVING_MODES = ("prefill", "decode")
+#: the steps columns a comparison reads: the sampled metrics' own
+COMPARED_STEPS = ("run_id", "phase", *(metric.column for metric in compare.METRICS if metric.kind == "sampled"))
 #: metrics the Trends page follows: runs column -> label with unit
 TREND_METRICS = {
     "median_step_ms": "median step (ms)",
@@ -242,21 +244,25 @@ def comparison(
     """Baseline against candidate, each given as (invocation_id, run_id) pairs, as ``tpubench
     compare`` does it: :func:`compare.compare_runs` on the runs and their measured steps, and
     :func:`compare.cross_backend` (prices: the built-in table or ``$TPUBENCH_PRICES``) when the
-    two sides ran different backends or devices."""
-    sides, skipped = [], []
+    two sides ran different backends or devices.
+
+    Rows are read per invocation and then picked, so that a filter which only hides some runs
+    of the same invocations (a backend, a workload) finds them cached.
+    """
+    invocations = tuple(sorted({invocation for invocation, _ in (*base_runs, *test_runs)}))
+    rows, measured = runs(results, invocations), steps(results, invocations, None, "measure", COMPARED_STEPS)
+    sides = []
     for chosen in (base_runs, test_runs):
-        invocations = tuple(sorted({invocation for invocation, _ in chosen}))
-        ids = tuple(run_id for _, run_id in chosen)
-        rows, measured = runs(results, invocations, ids), steps(results, invocations, ids, "measure")
-        sides.append((rows.frame, measured.frame))
-        skipped += [*rows.skipped, *measured.skipped]
+        ids = [run_id for _, run_id in chosen]
+        sides.append((rows.frame[rows.frame["run_id"].isin(ids)], measured.frame[measured.frame["run_id"].isin(ids)]))
+    skipped = (*rows.skipped, *measured.skipped)
     (base, base_steps), (test, test_steps) = sides
     keys = compare.pair_keys(base, test)
     frame = compare.compare_runs(base, test, base_steps, test_steps, compare.Settings(statistic=statistic), keys)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
     if not set(compare.SIDE_KEYS) <= set(keys):
         cross = compare.cross_backend(base, test, load_prices())
-    return Comparison(frame, cross, tuple(keys), summary_table(base), summary_table(test), tuple(skipped))
+    return Comparison(frame, cross, tuple(keys), summary_table(base), summary_table(test), skipped)
 
 
 def trend_columns(metric: str) -> tuple[str, ...]:
@@ -273,9 +279,11 @@ def trend_runs(results: str, invocations: tuple[str, ...], metric: str) -> Loade
     return Loaded(frame, loaded.skipped)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner="Looking for change points ...")
-def series_change_points(results: str, invocations: tuple[str, ...], metric: str, series: str) -> pd.DataFrame:
-    """:func:`changepoints.change_points` of one series (cached per series: a filter change that
-    keeps a series keeps its change points, and the test's cost grows with the square of its points)."""
-    frame = trend_runs(results, invocations, metric).frame
-    return changepoints.change_points(frame[frame["series"] == series], metric)
+@st.cache_data(ttl=TTL_S, show_spinner="Looking for change points (their cost grows with the square of the window) ...")
+def change_points(results: str, invocations: tuple[str, ...], metric: str) -> pd.DataFrame:
+    """:func:`changepoints.change_points` of every series in ``invocations``, with a ``series``
+    label. Keyed by the invocations, not the filters: filters that keep the same invocations
+    (a backend, a workload) only hide series, so their change points come from the cache."""
+    found = changepoints.change_points(trend_runs(results, invocations, metric).frame, metric)
+    found["series"] = series_label(found) if not found.empty else pd.Series(dtype="string")
+    return found

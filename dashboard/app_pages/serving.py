@@ -57,14 +57,11 @@ def main() -> None:
     models = sorted((serving["workload"] + "/" + serving["size"]).unique())
     model = st.selectbox("Model", models, key=state.bind("model", models[0], choices=models))
     latest = data.latest_per_config(serving[(serving["workload"] + "/" + serving["size"]) == model])
-    loaded = data.runs(
-        view.results,
-        tuple(sorted(latest["invocation_id"].unique())),
-        tuple(latest["run_id"]),
-        data.SERVING_COLUMNS,
-    )
+    # read by invocation, not by run: a filter that hides a backend then finds the rows cached
+    loaded = data.runs(view.results, tuple(sorted(latest["invocation_id"].unique())), None, data.SERVING_COLUMNS)
     ui.warn_skipped(loaded.skipped)
-    runs = loaded.frame.assign(prompt=lambda f: f["seq_len"], batch=lambda f: f["batch_size"])  # panel titles
+    runs = loaded.frame[loaded.frame["run_id"].isin(latest["run_id"])]
+    runs = runs.assign(prompt=runs["seq_len"], batch=runs["batch_size"])  # short panel titles
     st.caption(
         f"The latest ok run of each configuration ({len(runs)} runs, "
         f"{runs['started_at'].min():%Y-%m-%d} to {runs['started_at'].max():%Y-%m-%d}). TTFT: time to the first "

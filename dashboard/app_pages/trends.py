@@ -7,7 +7,6 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
-from tpubench.analysis import changepoints
 
 #: how far back from the newest filtered run: days, or None for everything
 WINDOWS = {"30": 30, "90": 90, "365": 365, "all": None}
@@ -57,12 +56,8 @@ def main() -> None:
     # the longest histories first: a series measured once has no trend to show
     lengths = points.groupby("series")["invocation_id"].nunique()
     all_series = sorted(lengths.index, key=lambda name: (-lengths[name], name))
-    found = [data.series_change_points(view.results, invocations, metric, name) for name in all_series]
-    changes = pd.concat(
-        [frame.assign(series=name) for name, frame in zip(all_series, found, strict=True) if not frame.empty]
-        or [pd.DataFrame(columns=[*changepoints.COLUMNS, "series"])],
-        ignore_index=True,
-    )
+    changes = data.change_points(view.results, invocations, metric)
+    changes = changes[changes["series"].isin(all_series)]
     flagged = list(dict.fromkeys(changes.sort_values("started_at", ascending=False)["series"]))
     default = (flagged + [s for s in all_series if s not in flagged])[:DEFAULT_PANELS]
     shown = st.multiselect(
