@@ -96,6 +96,37 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_gpu_against_tpu_through_the_same_command(two_sides, tmp_path):
+    """Selections with no backend in common pair across backends and add speedup, MFU and
+    tokens per dollar. (The side-b rows are relabelled as an H100's: there is no GPU here.)"""
+    relabelled = tmp_path / "results"
+    shutil.copytree(two_sides, relabelled)
+    for path in (relabelled / "runs").glob("date=*/*.parquet"):
+        frame = pq.read_table(path).to_pandas()
+        if frame["tags"].str.contains('"b"').all():
+            frame["backend"], frame["device"] = "cuda", "NVIDIA H100 80GB HBM3"
+            pq.write_table(pa.Table.from_pandas(frame, schema=pq.read_schema(path), preserve_index=False), path)
+    done = tpubench("compare --baseline backend=cpu --candidate backend=cuda --json --results", str(relabelled))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert "backend" not in found["paired_on"] and "device" not in found["paired_on"]
+    (cross,) = found["cross_backend"]
+    assert (cross["base_backend"], cross["test_backend"]) == ("cpu", "cuda")
+    assert cross["test_usd_per_hour"] == 3.99 and cross["base_usd_per_hour"] is None  # no price for a CPU
+    assert cross["test_tokens_per_usd"] == pytest.approx(cross["test_tokens_per_s"] * 3600 / 3.99)
+    table = tpubench("compare --baseline backend=cpu --candidate backend=cuda --results", str(relabelled))
+    assert "across backends" in table.stdout and "cpu -> cuda" in table.stdout
+    md = tmp_path / "report.md"
+    report = tpubench(
+        "report --select since=2000-01-01 --results", str(relabelled), "--out", tmp_path / "r.html", "--markdown", md
+    )
+    assert report.returncode == 0, report.stderr
+    assert (
+        "## Across backends" in md.read_text()
+        and "Speedup over the reference backend" in (tmp_path / "r.html").read_text()
+    )
+
+
 def test_report_writes_offline_html_and_markdown(two_sides, tmp_path):
     out, md = tmp_path / "report.html", tmp_path / "report.md"
     done = tpubench(
