@@ -24,14 +24,13 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tpubench import store
 from tpubench.analysis import compare
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, app, choose, console, key_values, pythons, select_workloads, writable_dir
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
-from tpubench.cli.run import ProgressObserver, _sigterm_as_interrupt
+from tpubench.cli.run import local_backends, suite_progress
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
@@ -138,23 +137,11 @@ def ci_command(
         results_dir=results_dir, pythons=pythons(python), tags={"ci": "nightly", **key_values("--tag", tag)}
     )
     if not chosen_backends:
-        probes = runner.probe_all(list(BACKENDS))
-        specs = [spec for spec in specs if probes[spec.backend]["backends"][spec.backend]["available"]]
+        available = local_backends(runner)
+        specs = [spec for spec in specs if spec.backend in available]
     planned = rounds_of(specs, rounds)
     console.print(f"tpubench ci: {len(specs)} configuration(s) x {rounds} round(s) = {len(planned)} runs")
-    with (
-        _sigterm_as_interrupt(),
-        Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
-    ):
-        runner.observer = ProgressObserver(progress, len(planned))
+    with suite_progress(runner, len(planned), console):
         runner.run(planned)
     if runner.interrupted:
         console.print("interrupted: no verdict")

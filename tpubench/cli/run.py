@@ -167,19 +167,7 @@ def run(
     if not chosen_backends:  # by default, only what this machine (or the fleet) can run
         available = fleet_backends(python, ray_address) if on == "ray" else local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
-    with (
-        _sigterm_as_interrupt() as received,
-        Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=out,
-            transient=True,
-        ) as progress,
-    ):
-        runner.observer = ProgressObserver(progress, len(specs))
+    with suite_progress(runner, len(specs), out) as received:
         rows = runner.run(specs) if on == "local" else ray_launcher.run(runner, specs, ray_address)
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
@@ -244,6 +232,22 @@ def print_summary(out: Console, rows: list[dict[str, Any]], wide: bool) -> None:
         out.print(
             f"(not shown at {out.width} columns: {', '.join(hidden)}; --wide shows them, --json gives every field)"
         )
+
+
+@contextlib.contextmanager
+def suite_progress(runner: SuiteRunner, total: int, out: Console) -> Iterator[list[int]]:
+    """A suite's live progress (overall, and the current run's phase) on ``out``, with SIGTERM
+    stopping it the way Ctrl-C does; yields the signals received (see :func:`_sigterm_as_interrupt`)."""
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with _sigterm_as_interrupt() as received, Progress(*columns, console=out, transient=True) as progress:
+        runner.observer = ProgressObserver(progress, total)
+        yield received
 
 
 @contextlib.contextmanager
