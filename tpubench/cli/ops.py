@@ -27,7 +27,19 @@ from tpubench.traces import TraceError, ingest, locate
 LIST_HINT = "`tpubench ops` lists the profiled runs (`tpubench ops --results DIR` for another store)"
 
 
-def _results_dir(results: str) -> Path:
+def _results_dir(results: str, local: bool = False) -> Path | str:
+    """The store to read: a local directory, or (unless ``local``: the command reads trace
+    files) an object-store URL, which the loaders read as they are."""
+    if store.is_remote(results):
+        if local:
+            raise BadInput(f"{results}: traces are read from a local store; copy the run's trace folder here first")
+        try:
+            found = store.Location(results).exists()
+        except Exception as error:  # fsspec back ends raise their own types: a missing package, no credentials
+            raise BadInput(f"--results {results}: cannot read there ({type(error).__name__}: {error})") from error
+        if not found:
+            raise BadInput(f"--results {results} does not exist")
+        return results
     path = Path(results)
     if not path.is_dir():
         raise BadInput(f"results directory {results!r} does not exist; `tpubench run --results DIR` creates one")
@@ -47,7 +59,7 @@ def _label(run: dict[str, Any]) -> str:
     )
 
 
-def _find_run(results_dir: Path, run_id: str) -> dict[str, Any]:
+def _find_run(results_dir: Path | str, run_id: str) -> dict[str, Any]:
     """The run whose id is ``run_id`` or starts with it (a unique prefix of 4 or more characters)."""
     try:
         runs = store.load_runs(results_dir)
@@ -84,7 +96,7 @@ def _trace_of(results_dir: Path, run: dict[str, Any]) -> Path:
     return path
 
 
-def _run_ops(results_dir: Path, run: dict[str, Any]) -> pd.DataFrame:
+def _run_ops(results_dir: Path | str, run: dict[str, Any]) -> pd.DataFrame:
     """The run's ops rows; BadInput saying why (and what to do) when there are none."""
     rows = store.load_ops(results_dir, run_id=run["run_id"])
     if not rows.empty:
@@ -168,9 +180,9 @@ def show_ops(
     _choice("--category", category, CATEGORIES)
     _choice("--source", source, SOURCES)
     _choice("--diff-by", diff_by, ("op", "category"))
-    results_dir = _results_dir(results)
+    results_dir = _results_dir(results, local=rebuild is not None)
     if rebuild is not None:
-        _rebuild(results_dir, rebuild)
+        _rebuild(Path(results_dir), rebuild)
     elif diff is not None:
         _diff(results_dir, diff, diff_by, source, top, as_json, as_csv)
     elif run_id is not None:
@@ -179,7 +191,7 @@ def show_ops(
         _list(results_dir, as_json, as_csv)
 
 
-def _list(results_dir: Path, as_json: bool, as_csv: bool) -> None:
+def _list(results_dir: Path | str, as_json: bool, as_csv: bool) -> None:
     runs = store.load_runs(results_dir)
     runs = runs[runs["trace_path"].notna()]
     counts = store.load_ops(results_dir).groupby("run_id").size()
@@ -214,7 +226,7 @@ def _list(results_dir: Path, as_json: bool, as_csv: bool) -> None:
 
 
 def _show(
-    results_dir: Path,
+    results_dir: Path | str,
     run_id: str,
     top: int,
     by: str,
@@ -273,7 +285,7 @@ def _show(
 
 
 def _diff(
-    results_dir: Path,
+    results_dir: Path | str,
     pair: tuple[str, str],
     diff_by: str | None,
     source: str | None,
@@ -346,7 +358,7 @@ def show_trace(
     """Print a run's trace path and how to open it; --open serves its viewer locally."""
     if port is not None and not 0 < port < 65536:
         raise BadInput(f"--port expects 1-65535, got {port}")
-    results_dir = _results_dir(results)
+    results_dir = Path(_results_dir(results, local=True))
     run = _find_run(results_dir, run_id)
     path = _trace_of(results_dir, run)
     try:

@@ -99,10 +99,13 @@ def read_chrome(path: Path) -> TraceOps:
                     call_correlation.append(int(args["correlation"]))
                     call_external.append(int(args.get("External id", -1)))
         except ijson.JSONError as error:  # IncompleteJSONError (truncated) is one
-            reason = str(error).strip().splitlines()[0]  # yajl draws the spot on further lines
+            reason = error.args[0] if error.args else str(error)
+            reason = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+            reason = reason.strip().splitlines()[0]  # yajl draws the spot on further lines
             raise TraceError(f"corrupt or truncated Chrome trace {path}: {reason}") from error
-        except (KeyError, TypeError, ValueError) as error:
-            raise TraceError(f"not a torch.profiler Chrome trace {path}: an event lacks {error}") from error
+        except (AttributeError, KeyError, TypeError, ValueError) as error:  # an event of the wrong shape
+            what = f"lacks {error}" if isinstance(error, KeyError) else f"is of the wrong shape ({error})"
+            raise TraceError(f"not a torch.profiler Chrome trace {path}: an event {what}") from error
     if not seen_events:
         raise TraceError(f"not a Chrome trace {path}: no traceEvents")
     keys = names.names()

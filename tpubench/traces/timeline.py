@@ -94,20 +94,35 @@ def self_times(timeline: np.ndarray, start: np.ndarray, duration: np.ndarray) ->
     Times are in microseconds. A child lies inside its parent on the same timeline, to
     within :data:`NESTING_TOLERANCE_US` (Chrome traces round times to the nanosecond).
     Events that overlap without nesting, which a well-formed timeline does not have, are
-    treated as siblings.
+    treated as siblings. Only events that overlap a neighbour are walked one by one (in
+    Python): on a flat timeline, such as most of an XLA thread's, that is few of them.
     """
     own = duration.copy()
-    ends = (start + duration + NESTING_TOLERANCE_US).tolist()
-    durations, lines = duration.tolist(), timeline.tolist()
+    if len(own) < 2:
+        return own
+    end = start + duration
+    # the running maximum of the ends, restarted per timeline by shifting each past the last
+    first = np.ones(len(own), dtype=bool)
+    first[1:] = timeline[1:] != timeline[:-1]
+    shift = np.cumsum(first) * (float(end.max() - start.min()) + 1.0)
+    reach = np.maximum.accumulate(end + shift)
+    overlaps = np.zeros(len(own), dtype=bool)  # starts before an earlier event of its timeline ended
+    overlaps[1:] = start[1:] + shift[1:] < reach[:-1]
+    cluster = np.cumsum(~overlaps)  # runs of events that overlap what came before them
+    walked = np.flatnonzero(overlaps | np.append(overlaps[1:], False))  # clusters of two or more
+    ends = (end[walked] + NESTING_TOLERANCE_US).tolist()
+    durations = duration[walked].tolist()
+    children = [0.0] * len(walked)
     stack: list[int] = []
-    current_line = None
-    for i, (line, end) in enumerate(zip(lines, (start + duration).tolist(), strict=True)):
-        if line != current_line:
+    current = None
+    for i, (group, finish) in enumerate(zip(cluster[walked].tolist(), end[walked].tolist(), strict=True)):
+        if group != current:
             stack.clear()
-            current_line = line
-        while stack and end > ends[stack[-1]]:  # the top has ended, or does not contain this event
+            current = group
+        while stack and finish > ends[stack[-1]]:  # the top has ended, or does not contain this event
             stack.pop()
         if stack:
-            own[stack[-1]] -= durations[i]
+            children[stack[-1]] += durations[i]
         stack.append(i)
+    own[walked] -= np.asarray(children)
     return own

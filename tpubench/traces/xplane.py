@@ -26,7 +26,6 @@ import functools
 import json
 import os
 import tempfile
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from tpubench.traces.timeline import OpTotals, Timelines, TraceError, TraceOps
+from tpubench.traces.timeline import OpTotals, TraceError, TraceOps, self_times
 
 #: bytes of events parsed at a time
 BLOCK_BYTES = 4 << 20
@@ -166,7 +165,7 @@ def _field(buffer: bytes, pos: int) -> tuple[int, int, int, int]:
         return number, wire, at, _varint(buffer, at)[1]
     if wire in (_FIXED64, _FIXED32):
         return number, wire, at, at + (8 if wire == _FIXED64 else 4)
-    raise TraceError(f"corrupt xplane: wire type {wire}, which protobuf does not have")
+    raise TraceError(f"corrupt xplane: wire type {wire}, which xplane.proto does not use")
 
 
 @dataclass
@@ -209,9 +208,23 @@ def _checked(read: Any, pos: int, end: int) -> tuple[int, int, int, int]:
         raise TraceError(f"truncated xplane: a field at byte {pos} runs past the end") from error
 
 
-def _event_blocks(stream: BinaryIO, offset: int, length: int) -> Iterator[tuple[str, bytes]]:
-    """One XLine's fields in file order: ("events", a run of whole XLine.events entries, at
-    most about BLOCK_BYTES) or ("header", a field that is not an event)."""
+@dataclass
+class _Block:
+    """Whole XLine.events entries read from the file: the bytes, and where each entry starts
+    (at ``starts[i] - base`` in ``data``)."""
+
+    data: bytes
+    starts: list[int]
+    base: int
+
+
+def _event_blocks(stream: BinaryIO, offset: int, length: int) -> Iterator[_Block | bytes]:
+    """One XLine's fields in file order: a _Block of whole events (about BLOCK_BYTES), or the
+    bytes of a field that is not an event (the line's name and timestamp).
+
+    The step from one event to the next (its tag and length) is the only per-event work
+    done in Python; :func:`_decode` reads the events' fields with numpy.
+    """
     end, read_to, buffer, pos = offset + length, offset, b"", 0
     stream.seek(offset)
 
@@ -236,24 +249,64 @@ def _event_blocks(stream: BinaryIO, offset: int, length: int) -> Iterator[tuple[
             more(after - len(buffer))
             continue
         if number != 4 or wire != _LENGTH:
-            yield "header", buffer[pos:after]
+            yield buffer[pos:after]
             pos = after
             continue
-        run, pos, size = pos, after, len(buffer)
-        while pos + 1 < size and buffer[pos] == _EVENT_TAG:  # the rest of the run, fast
+        run, size, tag = pos, len(buffer) - 1, _EVENT_TAG
+        starts = [run]
+        append = starts.append
+        pos = after
+        while pos < size and buffer[pos] == tag:  # the rest of the run, fast
             length_byte = buffer[pos + 1]
             if length_byte < 0x80:
                 after = pos + 2 + length_byte
-            else:
+            else:  # a length of two bytes or more
                 try:
                     value_length, value = _varint(buffer, pos + 1)
                 except IndexError:
                     break
                 after = value + value_length
-            if after > size:
+            if after > size + 1:
                 break
+            append(pos)
             pos = after
-        yield "events", buffer[run:pos]
+        yield _Block(buffer[run:pos], starts, run)
+
+
+def _varints(data: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The varints starting at positions ``at`` of ``data`` (padded with zero bytes): their
+    values (int64, as protobuf's int64 fields store them) and lengths in bytes."""
+    value = np.zeros(len(at), dtype=np.uint64)
+    length = np.zeros(len(at), dtype=np.int64)
+    going = np.ones(len(at), dtype=bool)
+    for k in range(10):
+        byte = data[at + k]
+        value |= np.where(going, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k), np.uint64(0))
+        length += going
+        going &= byte >= 0x80
+        if not going.any():
+            break
+    return value.view(np.int64), length
+
+
+def _decode(block: _Block) -> tuple[np.ndarray, ...]:
+    """metadata_id, offset_ps and duration_ps of every event of ``block``, vectorised;
+    whether each event had them in protobuf's canonical order (fields 1, 2, 3, then stats or
+    num_occurrences), which is how XProf writes them (the others need :func:`_parse`); and
+    where each event's body (an XEvent message) starts and ends."""
+    data = np.frombuffer(block.data + bytes(11), dtype=np.uint8)  # a varint read at the very end stays inside
+    start = np.array(block.starts, dtype=np.int64) - block.base
+    length, length_bytes = _varints(data, start + 1)  # after the XLine.events tag
+    body = start + 1 + length_bytes
+    cursor, end = body, body + length
+    values = []
+    for tag in (0x08, 0x10, 0x18):  # XEvent.metadata_id = 1, offset_ps = 2, duration_ps = 3: varints
+        present = (cursor < end) & (data[cursor] == tag)
+        value, length = _varints(data, cursor + 1)
+        values.append(np.where(present, value, 0))
+        cursor = cursor + np.where(present, 1 + length, 0)
+    canonical = (cursor == end) | (data[cursor] == 0x22) | (data[cursor] == 0x28)  # stats = 4, num_occurrences = 5
+    return values[0], values[1], values[2], canonical, body, end
 
 
 _SKIP, _OP, _STEP = 0, 1, 2
@@ -263,11 +316,28 @@ _SKIP, _OP, _STEP = 0, 1, 2
 class _Events:
     """What the raw events add up to over the host planes."""
 
-    timelines: Timelines = field(default_factory=Timelines)
     ops: dict[tuple[str | None, str], int] = field(default_factory=dict)  # (module, name) -> op id
+    calls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per op id
+    total_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    self_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    first_us: float | None = None  # the first op event's start and the last one's end
+    last_us: float | None = None
     steps: dict[str, tuple[float, float]] = field(default_factory=dict)  # step number -> (start, end) us
     base_ns: int | None = None  # the first line's timestamp: times are kept relative to it
-    lines: int = 0  # lines read so far: each is a timeline
+
+    def add(self, op: np.ndarray, start: np.ndarray, duration: np.ndarray) -> None:
+        """One timeline's op events (microseconds): self times, then per-op sums."""
+        order = np.lexsort((-duration, start))
+        op, start, duration = op[order], start[order], duration[order]
+        own = self_times(np.zeros(len(op), dtype=np.int64), start, duration)
+        size = len(self.ops)
+        grown = size - len(self.calls)
+        self.calls = np.concatenate([self.calls, np.zeros(grown, dtype=np.int64)]) + np.bincount(op, minlength=size)
+        self.total_us = np.concatenate([self.total_us, np.zeros(grown)]) + np.bincount(op, duration, size)
+        self.self_us = np.concatenate([self.self_us, np.zeros(grown)]) + np.bincount(op, own, size)
+        first, last = float(start.min()), float((start + duration).max())
+        self.first_us = first if self.first_us is None else min(self.first_us, first)
+        self.last_us = last if self.last_us is None else max(self.last_us, last)
 
 
 def _stat_value(stat: Any, names: dict[int, str]) -> str | None:
@@ -281,12 +351,12 @@ def _stat_value(stat: Any, names: dict[int, str]) -> str | None:
 
 
 def _read_lines(stream: BinaryIO, plane: _Plane, found: _Events) -> None:
-    """Add one plane's op events and step markers to ``found``."""
+    """Add one plane's op events and step markers to ``found``, a line at a time."""
     event_names = {e.key: e.value.name.decode("utf-8", "replace") for e in plane.header.event_metadata}
     stat_names = {s.key: s.value.name.decode("utf-8", "replace") for s in plane.header.stat_metadata}
     stat_ids = {name: key for key, name in stat_names.items()}
     hlo_op, hlo_module, step_num = (stat_ids.get(name) for name in (HLO_OP, HLO_MODULE, STEP_NUM))
-    kinds: dict[int, int] = {}
+    kinds: dict[int, int] = {}  # event metadata id -> what its events are, from the first one seen
     op_ids: dict[int, int] = {}  # event metadata id -> op id
 
     def classify(event: Any) -> int:
@@ -298,41 +368,40 @@ def _read_lines(stream: BinaryIO, plane: _Plane, found: _Events) -> None:
             return _OP
         return _STEP if step_num is not None and step_num in stats else _SKIP
 
-    event_block = _messages()["EventBlock"]
     for line_offset, line_length in plane.lines:
-        header, offsets, durations, ops = bytearray(), array("q"), array("q"), array("q")
+        header, pieces = bytearray(), []
         markers: list[tuple[str, int, int]] = []
-        for kind, data in _event_blocks(stream, line_offset, line_length):
-            if kind == "header":
-                header += data
+        for block in _event_blocks(stream, line_offset, line_length):
+            if isinstance(block, bytes):
+                header += block
                 continue
-            try:
-                events = event_block.FromString(data).events
-            except message.DecodeError as error:
-                raise TraceError(f"corrupt xplane: cannot decode the events of a line: {error}") from error
-            for event in events:
-                metadata = event.metadata_id
-                what = kinds.get(metadata)
-                if what is None:
-                    what = kinds[metadata] = classify(event)
-                if what == _OP:
-                    offsets.append(event.offset_ps)
-                    durations.append(event.duration_ps)
-                    ops.append(op_ids[metadata])
-                elif what == _STEP:
-                    number = next(_stat_value(s, stat_names) for s in event.stats if s.metadata_id == step_num)
-                    markers.append((number or "", event.offset_ps, event.duration_ps))
+            metadata, offset, duration, canonical, bodies, ends = _decode(block)
+
+            def event(i: int, data: bytes = block.data, bodies: np.ndarray = bodies, ends: np.ndarray = ends) -> Any:
+                return _parse("XEvent", data[bodies[i] : ends[i]])
+
+            for i in np.flatnonzero(~canonical).tolist():  # written in another order: protobuf reads it
+                parsed = event(i)
+                metadata[i], offset[i], duration[i] = parsed.metadata_id, parsed.offset_ps, parsed.duration_ps
+            seen, first, inverse = np.unique(metadata, return_index=True, return_inverse=True)
+            for m, i in zip(seen.tolist(), first.tolist(), strict=True):
+                if m not in kinds:
+                    kinds[m] = classify(event(i))
+            kind = np.array([kinds[m] for m in seen.tolist()])[inverse]
+            wanted = kind == _OP
+            if wanted.any():
+                op = np.array([op_ids.get(m, -1) for m in seen.tolist()])[inverse]
+                pieces.append((op[wanted], offset[wanted], duration[wanted]))
+            for i in np.flatnonzero(kind == _STEP).tolist():
+                number = next(_stat_value(s, stat_names) for s in event(i).stats if s.metadata_id == step_num)
+                markers.append((number or "", int(offset[i]), int(duration[i])))
         line = _parse("LineHeader", bytes(header))
         if found.base_ns is None:
             found.base_ns = line.timestamp_ns
         shift_us = (line.timestamp_ns - found.base_ns) * 1e-3
-        found.lines += 1
-        if ops:
-            start = np.frombuffer(offsets, dtype=np.int64) * 1e-6 + shift_us
-            found.timelines.timeline.extend(array("q", [found.lines]) * len(ops))
-            found.timelines.start.frombytes(start.tobytes())
-            found.timelines.duration.frombytes((np.frombuffer(durations, dtype=np.int64) * 1e-6).tobytes())
-            found.timelines.op.extend(ops)
+        if pieces:
+            op, offset, duration = (np.concatenate(column) for column in zip(*pieces, strict=True))
+            found.add(op, offset * 1e-6 + shift_us, duration * 1e-6)
         for number, offset_ps, duration_ps in markers:
             begin, end = shift_us + offset_ps * 1e-6, shift_us + (offset_ps + duration_ps) * 1e-6
             known = found.steps.get(number, (begin, end))
@@ -357,12 +426,12 @@ def read_xplane(path: Path) -> TraceOps:
     if any(plane.name.startswith(DEVICE_PLANE_PREFIX) and plane.lines for plane in planes):
         return TraceOps("xprof hlo_stats", converted_hlo_stats(path), steps, step_time)
     names = sorted(found.ops, key=found.ops.__getitem__)
-    calls, total, own = found.timelines.totals(len(names))
     ops = [
-        OpTotals("hlo", name, int(calls[i]), float(own[i]), float(total[i]), module=module)
+        OpTotals("hlo", name, int(found.calls[i]), float(found.self_us[i]), float(found.total_us[i]), module=module)
         for i, (module, name) in enumerate(names)
     ]
-    return TraceOps("xplane events", ops, steps, step_time if steps else found.timelines.span())
+    span = found.last_us - found.first_us if found.first_us is not None else None
+    return TraceOps("xplane events", ops, steps, step_time if steps else span)
 
 
 def _steps(found: _Events) -> tuple[int | None, float | None]:
@@ -373,9 +442,8 @@ def _steps(found: _Events) -> tuple[int | None, float | None]:
         return None, None
     begin = min(start for start, _ in found.steps.values())
     end = max(end for _, end in found.steps.values())
-    if len(found.timelines):
-        start = np.frombuffer(found.timelines.start, dtype=np.float64)
-        end = max(end, float((start + np.frombuffer(found.timelines.duration, dtype=np.float64)).max()))
+    if found.last_us is not None:
+        end = max(end, found.last_us)
     return len(found.steps), end - begin
 
 
