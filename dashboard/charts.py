@@ -97,17 +97,23 @@ def step_bars(summary: pd.DataFrame, title: str = "Median step time (ms), 95% CI
     return _layout(figure)
 
 
-def side_bars(base: pd.DataFrame, test: pd.DataFrame, base_name: str, test_name: str) -> go.Figure:
-    """Baseline and candidate median step per configuration side by side, with their CIs."""
-    pieces = []
-    for frame, name in ((base, base_name), (test, test_name)):
-        frame = frame[frame["median_step_ms"].notna()].copy()
-        frame["configuration"] = config_label(frame)
+def side_bars(base: pd.DataFrame, test: pd.DataFrame) -> go.Figure:
+    """Baseline and candidate median step per configuration side by side, with their CIs.
+
+    When each side is one backend and they differ (GPU against TPU), the sides are named and
+    coloured by their backend; otherwise baseline is grey, candidate blue, and a configuration
+    run on several backends gets a bar pair per backend.
+    """
+    sides = [frame[frame["median_step_ms"].notna()].copy() for frame in (base, test)]
+    backends = [list(frame["backend"].unique()) for frame in sides]
+    across = all(len(names) == 1 for names in backends) and backends[0] != backends[1]
+    names = [f"baseline: {backends[0][0]}", f"candidate: {backends[1][0]}"] if across else ["baseline", "candidate"]
+    palette = [colour(backends[0][0]), colour(backends[1][0])] if across else ["#9e9e9e", "#1f77b4"]
+    several = not across and len(set(backends[0]) | set(backends[1])) > 1
+    for frame, name in zip(sides, names, strict=True):
+        frame["configuration"] = config_label(frame) + (" · " + frame["backend"] if several else "")
         frame["side"] = name
-        pieces.append(frame)
-    frame = pd.concat(pieces, ignore_index=True)
-    if frame["backend"].nunique() > 1:  # a side of several backends: each bar names its own
-        frame["configuration"] = frame["configuration"] + " · " + frame["backend"]
+    frame = pd.concat(sides, ignore_index=True)
     frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
     frame["minus"] = frame["median_step_ms"] - frame["ci_low_step_ms"]
     figure = px.bar(
@@ -116,8 +122,8 @@ def side_bars(base: pd.DataFrame, test: pd.DataFrame, base_name: str, test_name:
         x="median_step_ms",
         color="side",
         orientation="h",
-        category_orders={"side": [test_name, base_name]},  # a group's first bar is drawn lowest
-        color_discrete_map={base_name: "#9e9e9e", test_name: "#1f77b4"},
+        category_orders={"side": names[::-1]},  # a group's first bar is drawn lowest
+        color_discrete_map=dict(zip(names, palette, strict=True)),
         barmode="group",
         error_x="plus",
         error_x_minus="minus",
@@ -268,6 +274,7 @@ def serving_chart(
         color="backend",
         line_group="side",
         facet_col=facet if facet and frame[facet].nunique() > 1 else None,
+        category_orders={"backend": sorted(frame["backend"].unique())},  # the same legend on every panel
         markers=True,
         color_discrete_map=colours(frame["backend"].unique()),
         hover_data={"side": True, "run_id": True},

@@ -175,9 +175,7 @@ def main() -> None:
         )
     st.subheader("Step time")
     if not result.base_summary.empty and not result.test_summary.empty:
-        st.plotly_chart(
-            charts.side_bars(result.base_summary, result.test_summary, "baseline", "candidate"), key="compare-sides"
-        )
+        st.plotly_chart(charts.side_bars(result.base_summary, result.test_summary), key="compare-sides")
     step_rows = result.frame[(result.frame["metric"] == "step") & result.frame["ratio"].notna()]
     if not step_rows.empty:
         st.plotly_chart(charts.ratio_chart(step_rows), key="compare-ratio")
@@ -188,7 +186,7 @@ def main() -> None:
     st.caption(
         "A regression needs repeated runs on each side, a change beyond the threshold with a CI that excludes no "
         "change, a significant Mann-Whitney test and a change beyond the between-run noise; otherwise it is "
-        "inconclusive (README: Regressions)."
+        "inconclusive (docs/regressions.md)."
     )
 
 
