@@ -210,11 +210,25 @@ def test_a_link_restores_the_view_and_the_url_follows_the_widgets(serve, results
 
 
 def test_a_stale_link_falls_back_and_says_so(serve, results: Path) -> None:
-    app = serve(results, "Run details", run="no-such-run", backend=["cpu", "no-such-backend"], dates="junk")
-    assert "no run `no-such-run`" in texts(app)
+    # a run id is looked up in the store, never used as a path
+    app = serve(results, "Run details", run="../../etc/passwd", backend=["cpu", "no-such-backend"], dates="junk")
+    assert "no run `../../etc/passwd`" in texts(app)
     assert app.sidebar.multiselect(key="backend").value == ["cpu"]
     assert app.sidebar.date_input(key="dates").value == ()
     assert app.selectbox(key="run").value in set(runs_of(results)["run_id"])
+
+
+@pytest.mark.slow
+def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(serve, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    done = tpubench(
+        f"run {TINY} --backend cpu-compile --mode infer --batch-size 2 --seq-len 32 --results", str(results)
+    )
+    assert done.returncode == 0, done.stderr
+    app = serve(results, "Compilation")
+    assert charts(app) == 2  # first step and compile time; compile count per step
+    table = frames(app)[-1].set_index("backend")
+    assert table.loc["cpu-compile", "graphs compiled"] >= 1 and table.loc["cpu-compile", "compile s"] > 0
 
 
 @pytest.mark.parametrize("page", [page.title for page in catalog.PAGES])
@@ -323,6 +337,11 @@ def test_every_page_in_a_real_browser(results: Path) -> None:
             page.get_by_role("link", name="Trends").click()
             page.wait_for_function("() => location.pathname.endsWith('/trends') && location.search == '?backend=cpu'")
             page.get_by_role("heading", name="Trends", exact=True).wait_for()
+            page.locator(".js-plotly-plot .scatterlayer .trace .points path").first.click(force=True)
+            page.get_by_text("Open run").click()  # a point of a trend leads to its run
+            page.get_by_role("heading", name="Run details", exact=True).wait_for()
+            page.wait_for_function("() => /[?&]run=[0-9a-f]{16}/.test(location.search)")
+            assert page.locator("[data-testid=stException]").count() == 0
             browser.close()
     finally:
         server.terminate()
