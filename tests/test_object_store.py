@@ -129,3 +129,17 @@ def test_an_upload_cut_short_leaves_no_readable_partial_file(s3: str, uploads_be
         warnings.simplefilter("error")  # no object may be unreadable
         runs = store.load_runs(results)
     assert len(runs) >= uploads_before_kill
+
+
+def test_report_and_ops_read_the_bucket_like_a_directory(s3: str, tmp_path: Path) -> None:
+    results = f"{s3}/shared"
+    line = "run --workload gpt2 --backend cpu --mode infer --steps 2 --warmup 1 --profile --results"
+    assert tpubench(line, results).returncode == 0
+    report = tmp_path / "report.html"
+    made = tpubench("report --results", results, "--out", str(report))
+    assert made.returncode == 0, made.stderr
+    assert "gpt2" in report.read_text()
+    [run_id] = store.load_runs(results).run_id
+    ops = tpubench(f"ops {run_id} --json --results", results)
+    assert ops.returncode == 0, ops.stderr
+    assert run_id in ops.stdout or '"op"' in ops.stdout
