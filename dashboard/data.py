@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, timedelta
 
 import numpy as np
@@ -29,6 +29,7 @@ from tpubench.analysis import changepoints, compare
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
 from tpubench.schema import RUNS
+from tpubench.serving import PERCENTILES
 
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300
@@ -51,8 +52,6 @@ INDEX_COLUMNS = (
     "tags",
     "trace_path",
 )
-#: the sidebar's multiselect filters, each a runs column
-FILTER_COLUMNS = ("suite", "workload", "size", "backend", "device", "mode", "dtype")
 #: one configuration: what a series follows over time and a comparison pairs on
 CONFIG_KEYS = changepoints.SERIES_KEYS
 SERVING_MODES = ("prefill", "decode")
@@ -70,7 +69,7 @@ TREND_METRICS = {
 }
 SERVING_COLUMNS = (
     *INDEX_COLUMNS,
-    *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in (50, 90, 99)),
+    *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in PERCENTILES),
     "output_tokens_per_s",
     "total_tokens_per_s",
     "bandwidth_util",
@@ -231,7 +230,7 @@ class Comparison:
     keys: tuple[str, ...]  # what runs were paired on
     base_summary: pd.DataFrame  # reports.summary_table of each side (median step and its CI per configuration)
     test_summary: pd.DataFrame
-    skipped: tuple[str, ...] = field(default=())
+    skipped: tuple[str, ...] = ()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Comparing: bootstrap CIs and significance tests ...")

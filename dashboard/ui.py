@@ -19,6 +19,7 @@ from tpubench.store import StoreError
 _VIEW = "_view"
 #: a picker lists at most this many runs (newest first): thousands of options make every rerun slow
 RUN_CHOICES = 200
+#: the sidebar's multiselect filters: runs column -> label
 FILTER_LABELS = {
     "suite": "Suite",
     "workload": "Workload",
@@ -38,7 +39,7 @@ class View:
     index: pd.DataFrame
     runs: pd.DataFrame
     skipped: tuple[str, ...] = ()
-    problem: str | None = None  # why there is nothing to show: the store is missing or empty
+    problem: str | None = None  # why there is nothing to show: "missing", "empty", or the error reading it
 
 
 def sidebar() -> None:
@@ -49,6 +50,10 @@ def sidebar() -> None:
         loaded = data.run_index(results)
     except StoreError:
         st.session_state[_VIEW] = View(results, pd.DataFrame(), pd.DataFrame(), problem="missing")
+        return
+    except Exception as error:  # object storage raises its own: no credentials, no such bucket, no network
+        problem = f"{type(error).__name__}: {error}"
+        st.session_state[_VIEW] = View(results, pd.DataFrame(), pd.DataFrame(), problem=problem)
         return
     index = loaded.frame
     if index.empty:
@@ -83,7 +88,10 @@ def sidebar() -> None:
 
 
 def empty_state(view: View) -> None:
-    """No results yet: say so, and give the command that makes some."""
+    """No results yet: say so, and give the command that makes some (or why the store cannot be read)."""
+    if view.problem not in ("missing", "empty"):
+        st.error(f"The results store `{view.results}` cannot be read: {view.problem}")
+        return
     where = "does not exist yet" if view.problem == "missing" else "has no runs yet"
     results = view.results if " " not in view.results else f"'{view.results}'"
     st.info(f"The results store `{view.results}` {where}. Run a suite to fill it, then reload this page:")

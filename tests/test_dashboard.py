@@ -58,7 +58,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve(monkeypatch: pytest.MonkeyPatch):
     """An AppTest of the dashboard over a store, opened at a page with query parameters, as a link would."""
 
-    def open_at(results: Path, page: str | None = None, **params: str | list[str]) -> AppTest:
+    def open_at(results: Path | str, page: str | None = None, **params: str | list[str]) -> AppTest:
         monkeypatch.setenv(RESULTS_ENV, str(results))
         app = AppTest.from_file(str(APP), default_timeout=120)
         if page:
@@ -240,6 +240,12 @@ def test_an_empty_store_says_how_to_fill_it(serve, tmp_path: Path, page: str, ki
     app = serve(results, page)
     assert f"tpubench run --suite llm --results {results}" in texts(app)
     assert not app.error
+
+
+def test_a_store_that_cannot_be_read_is_said_on_every_page(serve) -> None:
+    for page in catalog.PAGES:
+        app = serve("nosuchprotocol://bucket/results", page.title)  # fsspec knows no such file system
+        assert "cannot be read" in app.error[0].value and "nosuchprotocol" in app.error[0].value
 
 
 def test_a_corrupt_file_is_named_and_the_rest_works(serve, results: Path, tmp_path: Path) -> None:

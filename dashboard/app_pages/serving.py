@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
+from tpubench.serving import PERCENTILES
 
 SWEEP_HINT = "tpubench run --suite llm --mode decode --batch-size 1,8,32 --prompt-len 128,1024 --gen-len 128"
 LABELS = {
@@ -36,7 +37,7 @@ def percentiles(runs: pd.DataFrame) -> pd.DataFrame:
         }
     )
     for metric in ("ttft", "tpot", "itl"):
-        for p in (50, 90, 99):
+        for p in PERCENTILES:
             table[f"{metric.upper()} p{p} ms"] = runs[f"{metric}_p{p}_ms"]
     table["output tokens/s"] = runs["output_tokens_per_s"]
     table["bandwidth util %"] = 100 * runs["bandwidth_util"]
