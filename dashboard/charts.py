@@ -15,6 +15,9 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tpubench.analysis.categories import CATEGORIES
+from tpubench.analysis.ops import OTHERS
+
 BACKEND_COLOURS = {
     "cpu": "#6baed6",
     "cpu-compile": "#08519c",
@@ -34,19 +37,7 @@ VERDICT_COLOURS = {
     "unpaired": "#cfcfcf",
 }
 DIRECTION_COLOURS = {"regression": VERDICT_COLOURS["regressed"], "improvement": VERDICT_COLOURS["improved"]}
-CATEGORY_ORDER = (
-    "matmul",
-    "convolution",
-    "attention",
-    "normalization",
-    "elementwise",
-    "reduction",
-    "collective",
-    "data movement",
-    "host/runtime",
-    "other",
-    "others",
-)
+CATEGORY_ORDER = (*CATEGORIES, OTHERS)  # the library's one category table, then top_ops' folded tail
 CATEGORY_COLOURS = dict(zip(CATEGORY_ORDER, px.colors.qualitative.Set3, strict=False))
 
 
