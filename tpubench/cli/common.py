@@ -26,6 +26,14 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="Benchmark the same PyTorch models on CPU, GPU and TPU backends.",
 )
+
+
+@app.callback()
+def command_group() -> None:
+    """Always a group of commands, even when :func:`tpubench.cli.main` registered only the
+    one it runs (typer would otherwise take a lone command as the whole program)."""
+
+
 # Piped output (CI logs, README examples) is not squeezed into 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 200)
 
