@@ -18,6 +18,16 @@ from tpubench.analysis import compare
 #: the backend a cross-backend table measures others against, in order of preference
 REFERENCE_BACKENDS = ("cuda", "cuda-compile", "cpu", "cpu-compile")
 
+
+def config_label(frame: pd.DataFrame, dtype: bool = False) -> pd.Series:
+    """Each row's configuration as both renderers label it: ``gpt2/tiny infer 4x128[+gen]``,
+    with the dtype after the mode when ``dtype``."""
+    shape = frame["batch_size"].astype(str) + "x" + frame["seq_len"].astype(str)
+    shape = shape.where(frame["gen_len"].fillna(0) == 0, shape + "+" + frame["gen_len"].astype(str))
+    mode = frame["mode"] + (" " + frame["dtype"] if dtype else "")
+    return frame["workload"] + "/" + frame["size"] + " " + mode + " " + shape
+
+
 SUMMARY_COLUMNS = [
     "workload",
     "size",

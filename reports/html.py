@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from reports import Report
+from reports import Report, config_label
 from reports.markdown import VERDICT_MARK
 from tpubench.analysis.compare import verdict_counts
 
@@ -24,12 +24,6 @@ th { background: #f4f4f4; } td.text, th.text { text-align: left; }
 .regressed { color: #b00020; font-weight: bold; } .improved { color: #1b7f3b; }
 .inconclusive, .unpaired { color: #777; }
 """
-
-
-def _config(frame: pd.DataFrame) -> pd.Series:
-    shape = frame["batch_size"].astype(str) + "x" + frame["seq_len"].astype(str)
-    shape = shape.where(frame["gen_len"].fillna(0) == 0, shape + "+" + frame["gen_len"].astype(str))
-    return frame["workload"] + "/" + frame["size"] + " " + frame["mode"] + " " + shape
 
 
 def _table(frame: pd.DataFrame, columns: dict[str, str], text: tuple[str, ...] = (), css: str | None = None) -> str:
@@ -62,7 +56,7 @@ def backend_charts(summary: pd.DataFrame) -> list[str]:
     ok = summary[summary["median_step_ms"].notna()].copy()
     if ok.empty:
         return charts
-    ok["config"] = _config(ok)
+    ok["config"] = config_label(ok)
     for workload, group in ok.groupby("workload", sort=True):
         figure = go.Figure()
         for backend, rows in group.groupby("backend", sort=True):
@@ -85,7 +79,7 @@ def backend_charts(summary: pd.DataFrame) -> list[str]:
 def cross_chart(cross: pd.DataFrame) -> str:
     """Speedup of each candidate backend over the reference one (above 1: faster)."""
     frame = cross.copy()
-    frame["label"] = _config(frame) + " " + frame["base_backend"] + "→" + frame["test_backend"]
+    frame["label"] = config_label(frame) + " " + frame["base_backend"] + "→" + frame["test_backend"]
     figure = go.Figure(go.Bar(x=frame["label"], y=frame["speedup"], name="speedup"))
     figure.add_hline(y=1, line_dash="dot")
     figure.update_layout(title="Speedup over the reference backend (baseline step ÷ candidate step)")
@@ -97,7 +91,7 @@ def comparison_chart(comparison: pd.DataFrame) -> str:
     steps = comparison[(comparison["metric"] == "step") & comparison["ratio"].notna()].copy()
     if steps.empty:
         return ""
-    steps["label"] = _config(steps) + " " + steps["test_backend"]
+    steps["label"] = config_label(steps) + " " + steps["test_backend"]
     figure = go.Figure()
     for verdict, rows in steps.groupby("verdict"):
         figure.add_scatter(
@@ -140,7 +134,7 @@ def render(report: Report) -> str:
         )
         parts.append(comparison_chart(report.comparison))
         frame = report.comparison.copy()
-        frame["config"] = _config(frame)
+        frame["config"] = config_label(frame)
         frame["change"] = frame["ratio"].map(lambda r: f"{100 * (r - 1):+.1f}%" if r == r and r is not None else "-")
         frame["p"] = frame["p_value"].map(lambda p: "-" if p is None or p != p else f"{p:.2g}")
         frame["shown_verdict"] = frame["verdict"].map(lambda v: f"{VERDICT_MARK.get(v, '')} {v}".strip())
@@ -173,7 +167,7 @@ def render(report: Report) -> str:
     parts.append("<h2>Results</h2>")
     summary = report.summary.copy()
     if not summary.empty:
-        summary["config"] = _config(summary)
+        summary["config"] = config_label(summary)
         summary["mfu_pct"] = summary["mfu"] * 100
     parts.append(
         _table(
@@ -200,7 +194,7 @@ def render(report: Report) -> str:
     parts.extend(backend_charts(report.summary))
     if not report.cross_backend.empty:
         cross = report.cross_backend.copy()
-        cross["config"] = _config(cross)
+        cross["config"] = config_label(cross)
         for side in ("base", "test"):
             cross[f"{side}_mfu_pct"] = cross[f"{side}_mfu"] * 100
         parts.append("<h2>Across backends</h2>")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports import Report
+from reports import Report, config_label
 from tpubench.analysis.compare import verdict_counts
 
 VERDICT_MARK = {"regressed": "🔴", "improved": "🟢", "inconclusive": "⚪", "unpaired": "·", "unchanged": ""}
@@ -33,10 +33,6 @@ def table(frame: pd.DataFrame, columns: dict[str, str], digits: dict[str, int] |
     return "\n".join(lines)
 
 
-def _shape(row: pd.Series) -> str:
-    return f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
-
-
 def comparison_markdown(comparison: pd.DataFrame, show_unchanged: bool = False) -> str:
     """The comparison's verdict line and the rows that are not ``unchanged`` (all with ``show_unchanged``)."""
     counts = verdict_counts(comparison)
@@ -45,7 +41,7 @@ def comparison_markdown(comparison: pd.DataFrame, show_unchanged: bool = False) 
     if shown.empty:
         return f"{line or 'nothing compared'}."
     frame = shown.copy()
-    frame["config"] = frame.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {r['dtype']} {_shape(r)}", axis=1)
+    frame["config"] = config_label(frame, dtype=True)
     frame["backends"] = frame.apply(
         lambda r: (
             r["test_backend"]
@@ -85,7 +81,7 @@ def render(report: Report) -> str:
         parts[-1] += comparison_markdown(report.comparison)
     summary = report.summary.copy()
     if not summary.empty:
-        summary["config"] = summary.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {_shape(r)}", axis=1)
+        summary["config"] = config_label(summary)
         summary["mfu_pct"] = summary["mfu"] * 100
         parts.append(
             "## Results\n\n"
@@ -110,7 +106,7 @@ def render(report: Report) -> str:
         )
     if not report.cross_backend.empty:
         cross = report.cross_backend.copy()
-        cross["config"] = cross.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {_shape(r)}", axis=1)
+        cross["config"] = config_label(cross)
         parts.append("## Across backends\n\n" + cross_markdown(cross))
     for label, ops in report.top_ops.items():
         parts.append(
@@ -128,7 +124,7 @@ def cross_markdown(cross: pd.DataFrame) -> str:
     """The cross-backend table (speedup, MFU, tokens per dollar) as Markdown."""
     frame = cross.copy()
     if "config" not in frame:
-        frame["config"] = frame.apply(lambda r: f"{r['workload']}/{r['size']} {r['mode']} {_shape(r)}", axis=1)
+        frame["config"] = config_label(frame)
     frame["pair"] = frame["base_backend"] + " → " + frame["test_backend"]
     for side in ("base", "test"):
         frame[f"{side}_mfu_pct"] = frame[f"{side}_mfu"] * 100
