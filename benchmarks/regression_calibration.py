@@ -7,7 +7,7 @@ variant of the ``calib-mlp`` workload (benchmarks/calibration_workload.py): ``A`
 out of the pairing keys, as a code change would be). Baseline and candidate therefore run
 interleaved, in one invocation, in the same minutes.
 
-Then, for every pair and for r = 1 .. rounds (the first r rounds of each side):
+Then, for every pair and for each r in ``--at`` (the first r rounds of each side):
 
 - A/A: ``compare_runs(A, A2)``; a ``regressed`` step-time verdict is a false alarm
   (requirement: at most 1 in 20 pairs at the default settings);
@@ -19,7 +19,7 @@ It prints the false-alarm rate, the detection rate per slowdown, the smallest sl
 detected in at least 95% of pairs, the host load before and after, and the share of CPU
 other processes took during the runs (``host_other_cpu_share``).
 
-    python benchmarks/regression_calibration.py [--pairs 20] [--rounds 4] [--steps 40] [--out DIR]
+    python benchmarks/regression_calibration.py [--pairs 20] [--rounds 50] [--steps 40] [--out DIR]
     python benchmarks/regression_calibration.py --analyse DIR     # the figures of an earlier run
 """
 
@@ -95,7 +95,7 @@ def naive_regressed(base: pd.DataFrame, test: pd.DataFrame) -> bool:
     return bool(np.median(t) / np.median(b) > 1.05 and stats.mannwhitneyu(t, b).pvalue < 0.01)
 
 
-def analyse(out: Path, settings: Settings) -> dict:
+def analyse(out: Path, settings: Settings, at: list[int]) -> dict:
     labels = pd.DataFrame.from_dict(json.loads((out / LABELS).read_text()), orient="index")
     runs = store.load_runs(out).set_index("run_id").join(labels, how="inner").reset_index()
     steps = store.load_steps(out, phase="measure")
@@ -118,7 +118,7 @@ def analyse(out: Path, settings: Settings) -> dict:
         "between_run_sd_A": float(np.log(statistic[runs["variant"] == "A"]).std()),
         "by_rounds": {},
     }
-    for r in range(1, rounds + 1):
+    for r in sorted({r for r in at if r <= rounds} | {rounds}):
         counts = {variant: {"regressed": 0, "improved": 0, "inconclusive": 0, "naive": 0} for variant in candidates}
         for pair in range(pairs):
             chosen = runs[(runs["pair"] == pair) & (runs["round"] < r)]
@@ -146,8 +146,8 @@ def report(figures: dict, settings: Settings) -> None:
         f"({figures['host_busy_runs']} of {figures['runs']} runs host-busy)"
     )
     print(
-        f"settings: step threshold {100 * STEP_THRESHOLD:g}%, alpha {settings.alpha}, "
-        f"noise floor {100 * settings.noise_floor:g}%, z {settings.z}"
+        f"settings: step threshold {100 * STEP_THRESHOLD:g}%, alpha {settings.alpha} (Mann-Whitney over runs), "
+        f"at least {settings.min_runs} runs per side"
     )
     print(
         "runs/side  A/A false regressions  A/A false improvements  "
@@ -174,12 +174,13 @@ def report(figures: dict, settings: Settings) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--at", default="1,2,3,5,10,20,30,40,50", help="runs per side to evaluate")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--analyse", type=Path, help="only analyse the runs an earlier call kept here")
-    parser.add_argument("--statistics", default="median,p10,min", help="per-run statistics to evaluate")
+    parser.add_argument("--statistics", default="median,min", help="per-run statistics to evaluate")
     args = parser.parse_args()
     if args.analyse:
         out = args.analyse
@@ -190,7 +191,7 @@ def main() -> None:
         print(f"load after: {loadavg()}", flush=True)
     for statistic in args.statistics.split(","):
         settings = Settings(statistic=statistic)
-        report(analyse(out, settings), settings)
+        report(analyse(out, settings, [int(r) for r in args.at.split(",")]), settings)
 
 
 if __name__ == "__main__":

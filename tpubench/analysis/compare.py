@@ -6,23 +6,24 @@ Stateless functions over the runs and steps tables (no I/O, no printing), shared
 Why a verdict needs more than a test on two runs' samples: on a shared host most noise
 is *between* processes (three identical gpt2-tiny runs in a row had medians of 7.79,
 4.60 and 4.71 ms while each run's own samples were tight), so a Mann-Whitney test of one
-run's samples against another's calls that a regression. A verdict here therefore needs
-all of:
+run's samples against another's calls that a regression. Calibration on this 2-core host
+(``benchmarks/regression_calibration.py``) found the per-run median of identical runs
+spread by 12-16% (sd of its log), and its steps' timing drifting over seconds even within
+one process. The unit of replication is therefore the *run*, and a verdict needs all of:
 
-1. repeated runs on each side (:attr:`Settings.min_runs`: one run cannot show its own
-   between-run noise) and enough raw samples (:attr:`Settings.min_samples`);
+1. at least :attr:`Settings.min_runs` runs per side (5: the fewest for which a rank test
+   over runs can reach p < 0.01) and enough raw samples (:attr:`Settings.min_samples`);
 2. the ratio of medians beyond the metric's threshold, with a 95% CI that excludes 1;
-   the CI comes from a two-level bootstrap (runs, then samples within a run), so with
-   repeated runs it carries the between-run spread;
-3. a significance test on the raw samples (Mann-Whitney U, p below :attr:`Settings.alpha`);
-4. a change beyond the between-run noise: ``z`` standard errors of the log run medians,
-   whose spread is measured from the runs themselves when each side has two or more and
-   never taken below :attr:`Settings.noise_floor` (what calibration on a shared host found
-   between identical runs; ``benchmarks/regression_calibration.py``).
+   the CI comes from a two-level bootstrap (runs, then samples within a run), so it
+   carries the between-run spread;
+3. a Mann-Whitney U test over the per-run statistics (one value per run, not the pooled
+   steps), p below :attr:`Settings.alpha`.
 
-A change that passes 2 but not 3-4 is ``inconclusive`` (more repeats would tell), never a
-regression. Status, new recompilations and new CPU-fallback ops regress whatever the
-numbers say.
+A change that passes 2 but not 1 or 3 is ``inconclusive`` (more runs would tell), never a
+regression. Each row also gives the smallest change its runs could detect reliably
+(``detectable_pct``: 95% power at ``alpha`` for the measured between-run spread), so a
+report says when a night had too few runs to see a 10% slowdown. Status, new
+recompilations and new CPU-fallback ops regress whatever the numbers say.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ class Metric:
     scale: float = 1.0  # column value x scale = value in ``unit``
 
 
-#: the default step-time threshold: the smallest slowdown calibration detected reliably
+#: the default step-time threshold: a verdict needs at least this change
 STEP_THRESHOLD = 0.05
+#: the slowdown a night must catch with Settings.power; ``tpubench ci --rounds auto`` runs enough for it
+DETECT = 0.10
 
 METRICS: tuple[Metric, ...] = (
     Metric("step", "step time", "ms", "lower", STEP_THRESHOLD, "sampled", "step_ms"),
@@ -87,11 +90,10 @@ METRIC_NAMES = (*(m.name for m in METRICS), "status", "recompiles", "fallback_op
 class Settings:
     """What a verdict needs; the defaults are the ones calibration led to (see module doc)."""
 
-    alpha: float = 0.01  # Mann-Whitney p below this on the raw samples
-    noise_floor: float = 0.05  # between-run spread (sd of the log per-run statistic) assumed at least
-    z: float = 2.0  # the change must exceed z standard errors of the between-run noise
+    alpha: float = 0.01  # two-sided Mann-Whitney p over the per-run statistics below this
     min_samples: int = 5  # per side, for a sampled metric
-    min_runs: int = 2  # per side, for a regressed or improved verdict on a sampled metric
+    min_runs: int = 5  # per side, for a regressed or improved verdict on a sampled metric
+    power: float = 0.95  # of the smallest detectable change that each row reports
     confidence: float = 0.95
     resamples: int = 1000
     seed: int = 0
@@ -125,7 +127,8 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "p_value",
-    "noise_pct",
+    "spread_pct",
+    "detectable_pct",
     "threshold_pct",
     "base_runs",
     "test_runs",
@@ -301,12 +304,54 @@ def hierarchical_bootstrap(
 
 
 def between_run_sd(base_runs: list[np.ndarray], test_runs: list[np.ndarray], quantile: float = 0.5) -> float | None:
-    """Pooled sd of the log per-run statistic within each side; None unless each side has two runs."""
+    """Between-run spread: the sd of the log per-run statistic, from the median absolute deviation
+    of each side about its own median (one stalled run must not make the whole night look noisy);
+    None unless each side has two runs."""
     if len(base_runs) < 2 or len(test_runs) < 2:
         return None
-    logs = [np.log(_run_statistics(side, quantile)) for side in (base_runs, test_runs)]
-    squares = sum(float(((side - side.mean()) ** 2).sum()) for side in logs)
-    return math.sqrt(squares / (len(base_runs) + len(test_runs) - 2))
+    return _mad_sd(*(np.log(_run_statistics(side, quantile)) for side in (base_runs, test_runs)))
+
+
+def _mad_sd(*groups: np.ndarray) -> float:
+    """A robust sd: the median absolute deviation of each group about its own median, pooled,
+    scaled to a normal sd."""
+    deviations = np.concatenate([np.abs(group - np.median(group)) for group in groups])
+    return float(np.median(deviations) / stats.norm.ppf(0.75))
+
+
+def detectable_change(sd: float, n_base: int, n_test: int, alpha: float, power: float) -> float:
+    """The smallest relative change that ``n_base`` vs ``n_test`` runs with between-run spread
+    ``sd`` detect with probability ``power`` at two-sided level ``alpha`` (normal approximation,
+    which the rank test over runs is within a few percent of)."""
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    return math.exp(z * sd * math.sqrt(1 / n_base + 1 / n_test)) - 1
+
+
+def runs_needed(spread: float, baseline_runs: int, change: float, settings: Settings) -> int | None:
+    """Candidate runs that detect a ``change`` (0.10: 10% slower) against ``baseline_runs`` runs whose
+    per-run statistic varies by ``spread`` (sd of its log), with ``settings.power`` at
+    ``settings.alpha``: the inverse of :func:`detectable_change`, at least ``settings.min_runs``.
+    None when no number can (the baseline's own runs are too few for that spread)."""
+    z = stats.norm.ppf(1 - settings.alpha / 2) + stats.norm.ppf(settings.power)
+    room = (math.log1p(change) / (z * max(spread, 1e-9))) ** 2 - 1 / baseline_runs
+    return None if room <= 0 else max(settings.min_runs, math.ceil(1 / room))
+
+
+def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    """Per configuration (:data:`PAIR_KEYS`, backend, device) of ``runs``: its ok runs with measured
+    steps (``runs``) and their between-run spread (``spread``: sd of the log per-run statistic,
+    from the median absolute deviation; NaN under three runs). What ``tpubench ci --rounds auto``
+    sizes a night by: the noise model of each series, from its last green night."""
+    keys = [*PAIR_KEYS, *SIDE_KEYS]
+    measured = steps[steps["phase"] == "measure"].groupby("run_id")["step_ms"]
+    statistic = measured.quantile(settings.quantile).rename("statistic")
+    ok = runs[runs["status"] == "ok"].join(statistic, on="run_id").dropna(subset=["statistic"])
+    rows = []
+    for key, group in ok.groupby(keys, dropna=False, sort=True):
+        logs = np.log(group["statistic"].to_numpy(dtype=float))
+        spread = _mad_sd(logs) if logs.size >= 3 else math.nan
+        rows.append({**dict(zip(keys, key, strict=True)), "runs": len(group), "spread": spread})
+    return pd.DataFrame(rows, columns=[*keys, "runs", "spread"])
 
 
 def _worse(metric: Metric, ratio: float) -> bool:
@@ -346,10 +391,18 @@ def sampled_verdict(
     )
     tail = 100 * (1 - settings.confidence) / 2
     ci_low, ci_high = (float(v) for v in np.percentile(replicates, [tail, 100 - tail]))
-    p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
-    measured = between_run_sd(base_runs, test_runs, q)
-    sd = max(measured or 0.0, settings.noise_floor)
-    bound = settings.z * sd * math.sqrt(1 / len(base_runs) + 1 / len(test_runs))
+    if len(base_runs) >= 2 and len(test_runs) >= 2:  # runs are the unit of replication
+        tested = "runs"
+        p_value = float(
+            stats.mannwhitneyu(_run_statistics(test_runs, q), _run_statistics(base_runs, q), method="auto").pvalue
+        )
+    else:  # one run's steps against another's: shown, never a verdict (rule 1)
+        tested = "steps"
+        p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
+    sd = between_run_sd(base_runs, test_runs, q)
+    detectable = (
+        None if sd is None else detectable_change(sd, len(base_runs), len(test_runs), settings.alpha, settings.power)
+    )
     found.update(
         base_value=base_value,
         test_value=test_value,
@@ -357,43 +410,44 @@ def sampled_verdict(
         ci_low=ci_low,
         ci_high=ci_high,
         p_value=p_value,
-        noise_pct=100 * (math.exp(bound) - 1),
+        spread_pct=None if sd is None else 100 * sd,
+        detectable_pct=None if detectable is None else 100 * detectable,
     )
     label = metric.label if settings.statistic == "median" else f"{settings.statistic} {metric.label}"
-    change = f"{label} {_percent(ratio)} (CI {_percent(ci_low)} .. {_percent(ci_high)}, p={p_value:.2g})"
-    noise_source = f"between-run noise ±{100 * (math.exp(bound) - 1):.1f}% " + (
-        f"from {len(base_runs)}+{len(test_runs)} runs"
-        if measured is not None and measured >= settings.noise_floor
-        else f"at the {100 * settings.noise_floor:.0f}% floor"
+    runs = f"{len(base_runs)} vs {len(test_runs)} run(s)"
+    change = f"{label} {_percent(ratio)} (CI {_percent(ci_low)} .. {_percent(ci_high)}, p={p_value:.2g} over {tested})"
+    power = (
+        ""
+        if detectable is None
+        else f"; runs vary ±{100 * sd:.0f}% between themselves, so {runs} detect ≥{100 * detectable:.0f}% reliably"
     )
+    busy = f"; host busy during {busy_runs} run(s)" if busy_runs else ""
     beyond = ratio >= 1 + metric.threshold or ratio <= 1 / (1 + metric.threshold)
     ci_excludes_one = ci_low > 1 or ci_high < 1
-    significant = p_value < settings.alpha and ci_excludes_one and abs(math.log(ratio)) > bound
-    if beyond and significant:
-        if min(len(base_runs), len(test_runs)) < settings.min_runs:
-            found.update(
-                verdict="inconclusive",
-                reason=f"{change}, but {len(base_runs)} vs {len(test_runs)} run(s): a verdict needs "
-                f"{settings.min_runs} runs per side, since noise between runs is what misleads"
-                + (f"; host busy during {busy_runs} run(s)" if busy_runs else ""),
-            )
-        else:
-            found.update(
-                verdict="regressed" if _worse(metric, ratio) else "improved",
-                reason=f"{change}, beyond the {100 * metric.threshold:g}% threshold and the {noise_source}"
-                + (f"; host busy during {busy_runs} run(s)" if busy_runs else ""),
-            )
+    significant = p_value < settings.alpha and ci_excludes_one
+    enough_runs = min(len(base_runs), len(test_runs)) >= settings.min_runs
+    if beyond and significant and enough_runs:
+        found.update(
+            verdict="regressed" if _worse(metric, ratio) else "improved",
+            reason=f"{change}, beyond the {100 * metric.threshold:g}% threshold over {runs}{busy}",
+        )
     elif beyond:
         why = []
+        if not enough_runs:
+            why.append(
+                f"{runs}: a verdict needs {settings.min_runs} runs per side, since noise between runs is what misleads"
+            )
         if p_value >= settings.alpha:
             why.append(f"p >= {settings.alpha:g}")
         if not ci_excludes_one:
             why.append("the CI includes no change")
-        if abs(math.log(ratio)) <= bound:
-            why.append(f"within the {noise_source}")
-        found.update(verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}); more runs would tell")
+        found.update(
+            verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}); more runs would tell{power}{busy}"
+        )
     else:
-        found.update(verdict="unchanged", reason=f"{change}, within the {100 * metric.threshold:g}% threshold")
+        found.update(
+            verdict="unchanged", reason=f"{change}, within the {100 * metric.threshold:g}% threshold{power}{busy}"
+        )
     return found
 
 
@@ -413,7 +467,8 @@ def _throughput(base: pd.DataFrame, test: pd.DataFrame, step: dict[str, Any], me
 
     found = {
         "p_value": step.get("p_value"),
-        "noise_pct": step.get("noise_pct"),
+        "spread_pct": step.get("spread_pct"),
+        "detectable_pct": step.get("detectable_pct"),
         "base_samples": step.get("base_samples"),
         "test_samples": step.get("test_samples"),
         "verdict": step["verdict"],

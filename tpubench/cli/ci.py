@@ -8,6 +8,11 @@ write the Markdown summary, the HTML report, the comparison as JSON and the parq
 between-process noise, not within-run noise, decides whether a verdict can be trusted,
 and only repeated runs measure it.
 
+How many: ``--rounds auto`` (the default) sizes the night from the baseline's own runs, a
+noise model per series: as many rounds as its noisiest configuration needs to catch a 10%
+slowdown 95% of the time (:func:`tpubench.analysis.compare.runs_needed`). A quiet
+accelerator runner needs the minimum of 5; this shared 2-core host about 50.
+
 The baseline is checked before anything runs: a missing, empty or corrupt baseline is an
 error (exit 2), never a green job.
 """
@@ -36,8 +41,10 @@ from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
 from workloads import GENERATION_MODES, MODES
 
-#: repeats of each configuration; see README "Regressions and reports" for the calibration behind it
-DEFAULT_ROUNDS = 3
+#: rounds of a night without a baseline to size it by (its runs then size the next night)
+FIRST_NIGHT_ROUNDS = 10
+#: the most rounds ``--rounds auto`` runs, however noisy the baseline
+MAX_ROUNDS = 60
 DEFAULT_STEPS = 40
 #: statuses that turn a job red even without a baseline to compare with
 FAILED = compare.BAD_STATUSES
@@ -72,6 +79,42 @@ def load_baseline(baseline: str, results: str) -> Selection:
     return Selection(str(path), runs, steps)
 
 
+def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.Settings, most: int) -> tuple[int, str]:
+    """Rounds for tonight, and why: enough for every configuration of ``specs`` that the baseline
+    measured to catch a :data:`compare.DETECT` slowdown (see the module doc)."""
+    if base is None:
+        return FIRST_NIGHT_ROUNDS, "no baseline to measure the noise from"
+    spreads = compare.baseline_spread(base.runs, base.steps, settings)
+    keys = [*compare.PAIR_KEYS, "backend"]
+    planned = {tuple(getattr(spec, key) for key in keys) for spec in specs}
+    tonight = [tuple(row) in planned for row in spreads[keys].itertuples(index=False)]
+    spreads = spreads[tonight].dropna(subset=["spread"])
+    if spreads.empty:
+        return FIRST_NIGHT_ROUNDS, "the baseline has no configuration of tonight's with 3 ok runs"
+    needed = [
+        compare.runs_needed(row.spread, row.runs, compare.DETECT, settings) for row in spreads.itertuples(index=False)
+    ]
+    worst = spreads.iloc[max(range(len(needed)), key=lambda i: needed[i] or most + 1)]
+    rounds = min(most, max(n or most for n in needed))
+    label = f"{worst['workload']}/{worst['size']} {worst['backend']} {worst['mode']}"
+    detect = f"a {100 * compare.DETECT:g}% slowdown"
+    if all(n is not None and n <= most for n in needed):
+        return rounds, f"{label}'s baseline runs vary ±{100 * worst['spread']:.0f}%: enough to catch {detect}"
+    return rounds, (
+        f"{label}'s {worst['runs']} baseline runs vary ±{100 * worst['spread']:.0f}%: "
+        f"{most} rounds cannot catch {detect} reliably against them (the report says what they can)"
+    )
+
+
+def parse_rounds(text: str) -> int | None:
+    """``--rounds``: a positive number, or ``auto`` (None)."""
+    if text == "auto":
+        return None
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise BadInput(f"--rounds expects a positive number or auto, got {text!r}")
+
+
 def rounds_of(specs: list[RunSpec], rounds: int) -> list[RunSpec]:
     """``specs`` ``rounds`` times over, round-robin, each repeat with its own run id."""
     return [replace(spec, run_id=uuid.uuid4().hex[:16]) for _ in range(rounds) for spec in specs]
@@ -93,7 +136,15 @@ def ci_command(
     mode: Annotated[list[str] | None, typer.Option(help="Mode; repeatable (default: train, infer).")] = None,
     size: Annotated[list[str] | None, typer.Option(help="Size name; repeatable (default: each workload's).")] = None,
     dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
-    rounds: Annotated[int, typer.Option(min=1, help="Runs of each configuration, round-robin.")] = DEFAULT_ROUNDS,
+    rounds: Annotated[
+        str,
+        typer.Option(
+            help="Runs of each configuration, round-robin: a number, or auto: as many as the baseline's "
+            "between-run spread needs to catch a 10% slowdown 95% of the time (5 at least; "
+            f"{FIRST_NIGHT_ROUNDS} without a baseline)."
+        ),
+    ] = "auto",
+    max_rounds: Annotated[int, typer.Option(min=1, help="The most rounds auto runs.")] = MAX_ROUNDS,
     steps: Annotated[int, typer.Option(min=1, help="Measured steps per run.")] = DEFAULT_STEPS,
     warmup: Annotated[int, typer.Option(min=0, help="Minimum warm-up steps.")] = 3,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before a run's worker is killed.")] = 600.0,
@@ -112,6 +163,7 @@ def ci_command(
     all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
     chosen_sizes = choose("size", size, all_sizes)
     settings = settings_from(threshold, statistic)
+    fixed_rounds = parse_rounds(rounds)
     price_table = prices_from(prices)
     out_dir = writable_dir("--out", out)
     results_dir = out_dir / "results"
@@ -139,8 +191,17 @@ def ci_command(
     if not chosen_backends:
         available = local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
-    planned = rounds_of(specs, rounds)
-    console.print(f"tpubench ci: {len(specs)} configuration(s) x {rounds} round(s) = {len(planned)} runs")
+    if fixed_rounds is None:
+        chosen_rounds, why = auto_rounds(base, specs, settings, max_rounds)
+        why = f" (auto: {why})"
+    else:
+        chosen_rounds, why = fixed_rounds, ""
+    planned = rounds_of(specs, chosen_rounds)
+    console.print(
+        f"tpubench ci: {len(specs)} configuration(s) x {chosen_rounds} round(s) = {len(planned)} runs{why}",
+        markup=False,
+        highlight=False,
+    )
     with suite_progress(runner, len(planned), console):
         runner.run(planned)
     if runner.interrupted:
