@@ -93,3 +93,47 @@ def test_a_suite_on_ray_gives_the_rows_a_local_run_gives(fault_env: None, tmp_pa
 
 def is_set(value: object) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def scenario(name: str, out: Path) -> dict:
+    """One of tests/ray_scenarios.py's scenarios, in a loopback-only namespace; what it saw."""
+    script = Path(__file__).with_name("ray_scenarios.py")
+    inner = f"ip link set lo up && exec {shlex.quote(sys.executable)} {shlex.quote(str(script))} {name} {out}"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
+    done = subprocess.run(
+        ["unshare", "-n", "bash", "-c", inner], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_worker_phase_events_reach_the_driver_live(tmp_path: Path) -> None:
+    seen = scenario("events", tmp_path / "out")
+    assert seen["statuses"] == ["ok", "ok"]
+    for run_id in seen["run_ids"]:
+        assert seen["phases"][run_id] == ["build", "compile", "warmup", "measure"]
+    assert seen["all_live"]  # every event came before its run's row
+
+
+def rows_by_run(out: Path) -> dict[tuple[str, int], dict]:
+    runs = store.load_runs(out)
+    return {(row["workload"], int(row["batch_size"])): row for row in runs.to_dict("records")}
+
+
+def test_a_dead_node_gives_a_crashed_row_and_strands_nothing(tmp_path: Path) -> None:
+    """The only node with CPUs dies while a run hangs on it and another waits for it."""
+    seen = scenario("node-death", tmp_path / "out")
+    assert seen["returncode"] == 0, seen["output"]
+    rows = rows_by_run(tmp_path / "out")
+    assert rows[("fault-ok", 1)]["status"] == rows[("fault-ok", 2)]["status"] == "ok"
+    lost = rows[("fault-hang", 1)]
+    assert lost["status"] == "crashed" and "NodeDiedError" in lost["error"]
+    stranded = rows[("fault-hang", 2)]
+    assert stranded["status"] == "unavailable" and "any more" in stranded["error"]
+
+
+def test_ctrl_c_cancels_the_queue_and_keeps_what_finished(tmp_path: Path) -> None:
+    seen = scenario("ctrl-c", tmp_path / "out")
+    assert seen["returncode"] == 130, seen["output"]
+    assert "interrupted: finished runs were saved" in seen["output"]
+    assert set(rows_by_run(tmp_path / "out")) == {("fault-ok", 1), ("fault-ok", 2)}

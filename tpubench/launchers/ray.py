@@ -8,16 +8,21 @@ node Ray picks, the task probes its interpreter and measures through the same
 crash classification, device lock and ``--python`` mapping. Ray sets ``TPU_VISIBLE_CHIPS``
 or ``CUDA_VISIBLE_DEVICES`` for the task, which pins the worker (and names its lock).
 
-Rows come back to the driver, which writes the invocation's files as a local run does.
-Tasks are never retried (``max_retries=0``): a retried measurement would mix with a first
-try. A backend that no node can serve gives ``unavailable`` rows at once instead of tasks
-that wait for ever; a task whose node dies gives a ``crashed`` row.
+Rows come back to the driver, which writes the invocation's files as a local run does;
+the workers' phase events (build, compile, warm-up, measure) come back live through a Ray
+queue, so the progress display follows the runs as it does locally. Tasks are never
+retried (``max_retries=0``): a retried measurement would mix with a first try. A backend
+that no node can serve gives ``unavailable`` rows at once instead of tasks that wait for
+ever, and so do queued runs that only a node that has since died could serve; a task
+whose node dies gives a ``crashed`` row.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,7 +82,32 @@ _PROBES: dict[tuple[str, str], dict[str, Any]] = {}
 TASK_ENV = {"env_vars": {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}}
 
 
-def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str]) -> dict[str, Any]:
+#: a task forwards a run's step-by-step progress at most this often (phase changes always)
+EVENT_INTERVAL_S = 0.25
+#: how often the driver looks up, between results, whether the nodes changed and events came
+POLL_S = 0.25
+
+
+def forwarder(events: Any, run_id: str) -> Callable[[dict[str, Any]], None]:
+    """The worker's event callback inside a task: onto the driver's queue, thinned to phase changes
+    and a few step updates a second (a dropped update only costs the display a tick)."""
+    from ray.exceptions import RayError
+    from ray.util.queue import Full
+
+    last: dict[str, Any] = {"phase": None, "at": 0.0}
+
+    def forward(event: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if event.get("phase") == last["phase"] and now - last["at"] < EVENT_INTERVAL_S:
+            return
+        last.update(phase=event.get("phase"), at=now)
+        with contextlib.suppress(Full, RayError):  # full, or gone with the driver's node
+            events.put_nowait((run_id, event))
+
+    return forward
+
+
+def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str], events: Any) -> dict[str, Any]:
     """The Ray task: probe this node's interpreter for the backend, then measure like a local run."""
     import ray
 
@@ -86,7 +116,7 @@ def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str]
     if key not in _PROBES:
         _PROBES[key] = probe(key[0], [spec.backend])
     probed = _PROBES[key]
-    result = Executor(results, pythons).run(spec, probed["backends"][spec.backend], lambda event: None)
+    result = Executor(results, pythons).run(spec, probed["backends"][spec.backend], forwarder(events, spec.run_id))
     result["ray_node_id"] = ray.get_runtime_context().get_node_id()
     return {"result": result, "fact": facts_for(probed, spec.backend)}
 
@@ -145,12 +175,12 @@ def _lost(spec: RunSpec, error: BaseException) -> dict[str, Any]:
     }
 
 
-def _unservable(spec: RunSpec, options: dict[str, Any]) -> dict[str, Any]:
+def _unservable(spec: RunSpec, options: dict[str, Any], since: str = "") -> dict[str, Any]:
     now = datetime.now(UTC)
     asked = {k: v for k, v in options.items() if k != "num_cpus"} or {"num_cpus": options["num_cpus"]}
     return {
         "status": "unavailable",
-        "error": f"no node in the Ray cluster offers what {spec.backend} needs ({asked})",
+        "error": f"no node in the Ray cluster offers what {spec.backend} needs ({asked}){since}",
         "started_at": now,
         "finished_at": now,
     }
@@ -163,9 +193,16 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
     may come from different hosts (the ``host`` and ``ray_node_id`` columns say which).
     """
     ray = connect(address)
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     task = ray.remote(max_retries=0, retry_exceptions=False, runtime_env=TASK_ENV)(run_on_node)
+    # the events' queue lives on the driver's node, which outlives any other
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    events = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
     nodes = node_resources(ray)
     pending: dict[Any, RunSpec] = {}
+    by_run_id = {spec.run_id: spec for spec in specs}
     rows: list[dict[str, Any]] = []
     ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
     for index, spec in enumerate(specs):
@@ -174,28 +211,74 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
         if not servable(options, nodes):
             ready.append((spec, _unservable(spec, options), None))
             continue
-        pending[task.options(**options).remote(spec.to_json(), str(runner.results_dir), runner.pythons)] = spec
+        ref = task.options(**options).remote(spec.to_json(), str(runner.results_dir), runner.pythons, events)
+        pending[ref] = spec
+
+    def write_ready() -> None:
+        while ready:
+            spec, result, fact = ready.pop(0)
+            if fact is None:  # decided in the driver: the driver's own facts describe the row
+                fact = facts_for(runner.probe_all([spec.backend])[spec.backend], spec.backend)
+            row, steps, ops = row_for(spec, runner.invocation_id, runner.tags, fact, result)
+            runner.write(row, steps, ops)
+            rows.append(row)
+            runner.observer.on_finish(spec, row)
+
+    def collect(ref: Any) -> None:
+        spec = pending.pop(ref)
+        try:
+            answer = ray.get(ref)
+            ready.append((spec, answer["result"], answer["fact"]))
+        except ray.exceptions.RayError as error:
+            ready.append((spec, _lost(spec, error), None))
+
     try:
         while ready or pending:
-            while ready:
-                spec, result, fact = ready.pop(0)
-                if fact is None:  # decided in the driver: the driver's own facts describe the row
-                    fact = facts_for(runner.probe_all([spec.backend])[spec.backend], spec.backend)
-                row, steps, ops = row_for(spec, runner.invocation_id, runner.tags, fact, result)
-                runner.write(row, steps, ops)
-                rows.append(row)
-                runner.observer.on_finish(spec, row)
+            write_ready()
             if not pending:
                 break
-            [done], _ = ray.wait(list(pending), num_returns=1)
-            spec = pending.pop(done)
-            try:
-                answer = ray.get(done)
-                ready.append((spec, answer["result"], answer["fact"]))
-            except ray.exceptions.RayError as error:
-                ready.append((spec, _lost(spec, error), None))
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: cancel what is queued, keep what finished
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            for run_id, event in _drain(events):
+                runner.observer.on_event(by_run_id[run_id], event)
+            if done:
+                collect(done[0])
+                continue
+            current = node_resources(ray)
+            if current != nodes:
+                ready += _stranded(ray, pending, current)
+                nodes = current
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
+        runner.interrupted = True
+        finished, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0) if pending else ([], [])
+        for ref in finished:
+            collect(ref)
         for ref in pending:
             ray.cancel(ref, force=True)
-        runner.interrupted = True
+        write_ready()
+    finally:
+        with contextlib.suppress(Exception):
+            events.shutdown(force=True)
     return rows
+
+
+def _drain(events: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The events queued so far; none once the queue is gone (progress is a nicety, rows are not)."""
+    import ray
+
+    try:
+        return events.get_nowait_batch(events.qsize())
+    except ray.exceptions.RayError:
+        return []
+
+
+def _stranded(ray: Any, pending: dict[Any, RunSpec], nodes: list[dict[str, float]]) -> list[tuple]:
+    """Runs that none of ``nodes`` (the alive ones) can serve any more, since the nodes that could
+    have died: cancelled, with ``unavailable`` rows, instead of tasks Ray would wait on for ever."""
+    stranded = []
+    for ref, spec in list(pending.items()):
+        options = requirements(spec.backend)
+        if not servable(options, nodes):
+            ray.cancel(ref, force=True)
+            del pending[ref]
+            stranded.append((spec, _unservable(spec, options, " any more: the nodes that did have died"), None))
+    return stranded

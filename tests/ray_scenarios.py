@@ -1,0 +1,168 @@
+"""Fault scenarios of ``--on ray`` on a real local Ray cluster, for tests/test_ray.py.
+
+Run as ``python tests/ray_scenarios.py SCENARIO OUT`` inside a network namespace that has
+only loopback (Ray then binds 127.0.0.1). Each scenario starts its own cluster with
+``ray.cluster_utils.Cluster`` (Ray's own multi-node-on-one-host harness: one raylet per
+node, so a node can really die), drives the real CLI or the launcher, and prints one JSON
+object with what it saw; the test asserts on it and on the store under OUT.
+
+- ``events``: the workers' phase events reach the driver's observer while runs are live.
+- ``node-death``: the only node with CPUs is killed while a run hangs on it: the hanging
+  run is a ``crashed`` row, the queued one an ``unavailable`` row, finished ones stay.
+- ``ctrl-c``: SIGINT to the driver while a run hangs: queued runs are cancelled, the
+  finished run is kept, and the hanging worker dies.
+
+Every wait is for an event (a pid file, a row in the store, a process exit), with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ray.cluster_utils import Cluster
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+sys.path[:0] = [str(ROOT), str(TESTS)]
+os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads"
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), str(ROOT), os.environ.get("PYTHONPATH")]))
+DEADLINE_S = 240
+
+
+def wait_for(what: str, ready: Callable[[], bool], deadline_s: float = DEADLINE_S) -> None:
+    """Until ``ready()``; a missed deadline fails the scenario with ``what``."""
+    end = time.monotonic() + deadline_s
+    while not ready():
+        if time.monotonic() > end:
+            raise SystemExit(f"scenario: gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"  # a zombie has died
+
+
+def cli(line: str, address: str, out: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "tpubench", *line.split(), "--on", "ray", "--ray-address", address]
+    return subprocess.Popen(
+        [*argv, "--results", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def stored_rows(out: Path) -> int:
+    """Rows the driver has written so far (each write is atomic, so a read never sees half of one)."""
+    from tpubench import store
+
+    return len(store.load_runs(out)) if (out / "runs").is_dir() else 0
+
+
+def events(out: Path) -> dict:
+    from tpubench.launchers import ray as ray_launcher
+    from tpubench.runner import SuiteRunner, plan
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.phases: dict[str, list[str]] = {}
+            self.live: list[bool] = []  # was the run still without a row when its event came?
+            self.finished: set[str] = set()
+
+        def on_start(self, index: int, total: int, spec: object) -> None: ...
+
+        def on_event(self, spec, event: dict) -> None:
+            self.phases.setdefault(spec.run_id, []).append(event["phase"])
+            self.live.append(spec.run_id not in self.finished)
+
+        def on_finish(self, spec, row: dict) -> None:
+            self.finished.add(spec.run_id)
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    try:
+        runner = SuiteRunner(results_dir=out)
+        runner.observer = recorder = Recorder()
+        specs = plan(["fault-ok"], backends=["cpu"], modes=["infer"], batch_size=[1, 2], steps=5, warmup=1)
+        rows = ray_launcher.run(runner, specs, cluster.address)
+    finally:
+        import ray
+
+        ray.shutdown()  # this process is the driver: leave the cluster before taking it down
+        cluster.shutdown()
+    return {
+        "statuses": [row["status"] for row in rows],
+        "run_ids": [spec.run_id for spec in specs],
+        "phases": recorder.phases,
+        "all_live": all(recorder.live),
+    }
+
+
+#: two quick runs, then two that hang: on one CPU, Ray starts them in this order (one scheduling
+#: class is dispatched first in, first out), so when the first hang starts, both quick runs are
+#: done and the second hang is queued
+HANG_SUITE = (
+    "run --workload fault-ok --workload fault-hang --backend cpu --mode infer --steps 2 --warmup 1 "
+    "--batch-size 1,2 --timeout 600"
+)
+
+
+def hang_pidfile(out: Path) -> Path:
+    """Where the hanging worker writes its pid: set before the cluster starts, since Ray's
+    workers inherit their raylet's environment, not the driver's."""
+    os.environ["TPUBENCH_TEST_PIDFILE"] = str(out.parent / "hang.pid")
+    return out.parent / "hang.pid"
+
+
+def start_hanging_suite(cluster: Cluster, out: Path, pidfile: Path) -> tuple[subprocess.Popen, int]:
+    """The CLI on ``cluster``, once its first hang has started and both quick rows are stored."""
+    driver = cli(HANG_SUITE, cluster.address, out)
+    wait_for("the hanging run to start", lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+    wait_for("the quick runs' rows", lambda: stored_rows(out) == 2)
+    return driver, int(pidfile.read_text())
+
+
+def node_death(out: Path) -> dict:
+    """The head has no CPUs (it hosts the driver and its events' queue); the one node that has
+    one is killed, raylet and workers, while a run hangs on it."""
+    pidfile = hang_pidfile(out)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        doomed = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        driver, hung = start_hanging_suite(cluster, out, pidfile)
+        cluster.remove_node(doomed, allow_graceful=False)
+        output, _ = driver.communicate(timeout=DEADLINE_S)
+        wait_for("the hanging worker to die with its node", lambda: not alive(hung), 60)
+    finally:
+        cluster.shutdown()
+    return {"returncode": driver.returncode, "output": output[-3000:]}
+
+
+def ctrl_c(out: Path) -> dict:
+    """SIGINT to the driver while the first hang runs and the second waits for the CPU."""
+    pidfile = hang_pidfile(out)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        driver, hung = start_hanging_suite(cluster, out, pidfile)
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=DEADLINE_S)
+        wait_for("the hanging worker to die", lambda: not alive(hung), 60)
+    finally:
+        cluster.shutdown()
+    return {"returncode": driver.returncode, "output": output[-3000:]}
+
+
+SCENARIOS = {"events": events, "node-death": node_death, "ctrl-c": ctrl_c}
+
+if __name__ == "__main__":
+    scenario, out = sys.argv[1], Path(sys.argv[2])
+    print(json.dumps(SCENARIOS[scenario](out)))
