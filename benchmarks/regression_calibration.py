@@ -2,9 +2,9 @@
 
 Every pair is a set of rounds; each round runs, in a shuffled order, one run of each
 variant of the ``calib-mlp`` workload (benchmarks/calibration_workload.py): ``A`` and
-``A2`` (identical code and config, size ``base``) and ``+5%``, ``+10%``, ``+20%`` (sizes
-``plus5``... : that much more matmul work on the same shape; compared with the size left
-out of the pairing keys, as a code change would be). Baseline and candidate therefore run
+``A2`` (identical code and config, size ``base``) and ``+10%``, ``+20%`` (``--slowdowns``,
+of 5, 10, 20; sizes ``plus10``...: that much more matmul work on the same shape; compared
+with the size left out of the pairing keys, as a code change would be). Baseline and candidate therefore run
 interleaved, in one invocation, in the same minutes.
 
 Then, for every pair and for each r in ``--at`` (the first r rounds of each side):
@@ -51,7 +51,7 @@ from tpubench import store  # noqa: E402
 from tpubench.analysis.compare import PAIR_KEYS, STEP_THRESHOLD, Settings, compare_runs  # noqa: E402
 from tpubench.runner import SuiteRunner, plan  # noqa: E402
 
-SLOWDOWNS = (0.05, 0.10, 0.20)  # the calibration workload's plusN sizes
+SLOWDOWNS = (5, 10, 20)  # percent: the calibration workload's plusN sizes
 #: everything but the size: the plusN sizes stand for a slower build of the same configuration
 KEYS = [key for key in PAIR_KEYS if key != "size"] + ["backend", "device"]
 REQUIRED_DETECTION = 0.95
@@ -62,9 +62,9 @@ def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
 
-def collect(out: Path, pairs: int, rounds: int, steps: int, seed: int) -> None:
+def collect(out: Path, pairs: int, rounds: int, steps: int, seed: int, slowdowns: list[int]) -> None:
     """Run every pair's rounds into the store at ``out``; labels.json maps run ids to (pair, round, variant)."""
-    variants = {"A": "base", "A2": "base", **{f"+{round(100 * x)}%": f"plus{round(100 * x)}" for x in SLOWDOWNS}}
+    variants = {"A": "base", "A2": "base", **{f"+{x}%": f"plus{x}" for x in slowdowns}}
     specs = {
         size: plan(["calib-mlp"], sizes=[size], backends=["cpu"], modes=["infer"], steps=steps, warmup=3)[0]
         for size in set(variants.values())
@@ -178,6 +178,9 @@ def main() -> None:
     parser.add_argument("--at", default="1,2,3,5,10,20,30,40,50", help="runs per side to evaluate")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--slowdowns", default="10,20", help=f"percent, of {', '.join(map(str, SLOWDOWNS))}: the A/B variants"
+    )
     parser.add_argument("--out", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--analyse", type=Path, help="only analyse the runs an earlier call kept here")
     parser.add_argument("--statistics", default="median,min", help="per-run statistics to evaluate")
@@ -187,7 +190,7 @@ def main() -> None:
     else:
         out = args.out or Path(tempfile.mkdtemp(prefix="tpubench-calibration-"))
         print(f"load before: {loadavg()}  ({os.cpu_count()} CPUs); runs in {out}", flush=True)
-        collect(out, args.pairs, args.rounds, args.steps, args.seed)
+        collect(out, args.pairs, args.rounds, args.steps, args.seed, [int(x) for x in args.slowdowns.split(",")])
         print(f"load after: {loadavg()}", flush=True)
     for statistic in args.statistics.split(","):
         settings = Settings(statistic=statistic)
