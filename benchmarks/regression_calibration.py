@@ -63,18 +63,27 @@ def loadavg() -> str:
 
 
 def collect(out: Path, pairs: int, rounds: int, steps: int, seed: int, slowdowns: list[int]) -> None:
-    """Run every pair's rounds into the store at ``out``; labels.json maps run ids to (pair, round, variant)."""
+    """Run every pair's rounds into the store at ``out``; labels.json maps run ids to (pair, round, variant).
+
+    Each pair is an invocation of its own (an invocation's file is rewritten whole at each
+    run, so thousands of runs in one would cost more and more between runs), and labels are
+    saved per pair: a stopped collection resumes after its last complete pair.
+    """
     variants = {"A": "base", "A2": "base", **{f"+{x}%": f"plus{x}" for x in slowdowns}}
     specs = {
         size: plan(["calib-mlp"], sizes=[size], backends=["cpu"], modes=["infer"], steps=steps, warmup=3)[0]
         for size in set(variants.values())
     }
-    runner = SuiteRunner(results_dir=out, tags={"calibration": "regression"})
-    shuffle = random.Random(seed)
-    labels: dict[str, dict] = {}
-    total = pairs * rounds * len(variants)
+    labels: dict[str, dict] = json.loads((out / LABELS).read_text()) if (out / LABELS).exists() else {}
+    per_pair = pd.Series([label["pair"] for label in labels.values()], dtype=int).value_counts()
+    complete = set(per_pair[per_pair == rounds * len(variants)].index)
+    labels = {run_id: label for run_id, label in labels.items() if label["pair"] in complete}
+    first = max(complete) + 1 if complete else 0
+    shuffle = random.Random(seed + first)
+    total = (pairs - first) * rounds * len(variants)
     started = time.monotonic()
-    for pair in range(pairs):
+    for pair in range(first, pairs):
+        runner = SuiteRunner(results_dir=out, tags={"calibration": "regression"})
         for round_ in range(rounds):
             order = list(variants)
             shuffle.shuffle(order)
@@ -84,8 +93,8 @@ def collect(out: Path, pairs: int, rounds: int, steps: int, seed: int, slowdowns
                 if row["status"] != "ok":
                     raise SystemExit(f"calibration run failed: {row['status']}: {row.get('error')}")
                 labels[run.run_id] = {"pair": pair, "round": round_, "variant": variant}
-                (out / LABELS).write_text(json.dumps(labels))
-        done = (pair + 1) * rounds * len(variants)
+        (out / LABELS).write_text(json.dumps(labels))
+        done = (pair + 1 - first) * rounds * len(variants)
         print(f"  pair {pair + 1}/{pairs}: {done}/{total} runs, {time.monotonic() - started:.0f} s", flush=True)
 
 
