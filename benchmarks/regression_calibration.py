@@ -115,6 +115,10 @@ def analyse(out: Path, settings: Settings, at: list[int]) -> dict:
     runs = runs.assign(pair=runs["pair"].rank(method="dense").astype(int) - 1)
     pairs = int(runs["pair"].max()) + 1
     by_run = {run_id: group for run_id, group in steps.groupby("run_id")}
+
+    def steps_of(chosen: pd.DataFrame) -> pd.DataFrame:  # not all 4000 runs' steps per comparison
+        return pd.concat([by_run[run_id] for run_id in chosen["run_id"]], ignore_index=True)
+
     statistic = runs["run_id"].map(lambda run_id: float(np.quantile(by_run[run_id]["step_ms"], settings.quantile)))
     candidates = ["A2", *(v for v in sorted(set(runs["variant"]) - {"A", "A2"}, key=lambda v: float(v[1:-1])))]
     figures: dict = {
@@ -134,7 +138,7 @@ def analyse(out: Path, settings: Settings, at: list[int]) -> dict:
             base = chosen[chosen["variant"] == "A"]
             for variant in candidates:
                 test = chosen[chosen["variant"] == variant]
-                frame = compare_runs(base, test, steps, steps, settings, keys=KEYS)
+                frame = compare_runs(base, test, steps_of(base), steps_of(test), settings, keys=KEYS)
                 verdict = frame.loc[frame["metric"] == "step", "verdict"].iloc[0]
                 if verdict in counts[variant]:
                     counts[variant][verdict] += 1
