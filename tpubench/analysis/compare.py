@@ -419,7 +419,8 @@ def sampled_verdict(
     power = (
         ""
         if detectable is None
-        else f"; runs vary ±{100 * sd:.0f}% between themselves, so {runs} detect ≥{100 * detectable:.0f}% reliably"
+        else f"; runs vary ±{100 * sd:.0f}% between themselves, so {runs} detect "
+        + (f"≥{100 * detectable:.0f}% reliably" if detectable < 1 else "nothing short of a doubling reliably")
     )
     busy = f"; host busy during {busy_runs} run(s)" if busy_runs else ""
     beyond = ratio >= 1 + metric.threshold or ratio <= 1 / (1 + metric.threshold)
