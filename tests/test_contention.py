@@ -39,6 +39,26 @@ def test_a_run_waits_for_a_device_another_process_holds(results_dir: Path, tmp_p
     assert row["device_wait_s"] > 0
 
 
+def test_the_holder_may_take_its_lock_again_and_others_still_wait(tmp_path: Path, monkeypatch) -> None:
+    """A Ray task holds the device across its probe and its run, whose executor takes the lock
+    too: the inner hold is free, and another process still waits until the outer one ends."""
+    monkeypatch.setenv("TPUBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    try_lock = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(3)"
+    )
+
+    def another_process_gets_it() -> bool:
+        done = subprocess.run([sys.executable, "-c", try_lock, str(tmp_path / "locks" / "cpu.lock")])
+        return done.returncode == 0
+
+    with devicelock.hold("cpu"):
+        with devicelock.hold("cpu") as waited:
+            assert waited == 0.0
+        assert not another_process_gets_it()  # the inner block's end released nothing
+    assert another_process_gets_it()
+
+
 def test_two_concurrent_suites_never_measure_at_the_same_time(results_dir: Path, tmp_path: Path) -> None:
     env = {**os.environ, "TPUBENCH_LOCK_DIR": str(tmp_path / "locks")}
     suites = [

@@ -111,7 +111,15 @@ def test_worker_phase_events_reach_the_driver_live(tmp_path: Path) -> None:
     seen = scenario("events", tmp_path / "out")
     assert seen["statuses"] == ["ok", "ok"]
     for run_id in seen["run_ids"]:
-        assert seen["phases"][run_id] == ["build", "compile", "warmup", "measure"]
+        # a run may first wait for the cpu (the other task holds it), and a phase may send
+        # several step updates: the phases, in order, are what a local run shows
+        phases = [p for p in seen["phases"][run_id] if p != "wait"]
+        assert [p for i, p in enumerate(phases) if i == 0 or p != phases[i - 1]] == [
+            "build",
+            "compile",
+            "warmup",
+            "measure",
+        ]
     assert seen["all_live"]  # every event came before its run's row
 
 

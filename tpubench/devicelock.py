@@ -8,6 +8,9 @@ lock dies with the process that holds it, so a killed suite never leaves a devic
 
 Lock files live in ``TPUBENCH_LOCK_DIR`` (default ``~/.cache/tpubench/locks``); they are
 kept between runs, like any lock file, and hold the pid of the current holder.
+
+A process that holds a device may take its lock again (a Ray task holds it across its probe
+and its run, and the run's executor takes it too): the inner ``with`` waits for nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+#: the devices this process holds, and how many ``with`` blocks hold each
+_HELD: dict[str, int] = {}
 
 
 def lock_dir() -> Path:
@@ -30,6 +36,13 @@ def hold(device: str, on_wait: Callable[[str], None] = lambda message: None) -> 
 
     ``on_wait`` hears one message when the device is busy, before the wait begins.
     """
+    if device in _HELD:
+        _HELD[device] += 1
+        try:
+            yield 0.0
+        finally:
+            _HELD[device] -= 1
+        return
     directory = lock_dir()
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / f"{device}.lock", os.O_RDWR | os.O_CREAT, 0o666)
@@ -44,6 +57,10 @@ def hold(device: str, on_wait: Callable[[str], None] = lambda message: None) -> 
         waited = time.perf_counter() - started
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield waited
+        _HELD[device] = 1
+        try:
+            yield waited
+        finally:
+            del _HELD[device]
     finally:
         os.close(fd)

@@ -26,8 +26,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from tpubench import devicelock
 from tpubench.backends import get_backend
-from tpubench.runner import Executor, SuiteRunner, facts_for, probe, python_for, row_for
+from tpubench.process import worker_env
+from tpubench.runner import Executor, SuiteRunner, facts_for, lock_name, probe, python_for, row_for
 from tpubench.spec import RunSpec
 
 #: what a task of each device kind asks Ray for, besides one CPU
@@ -108,15 +110,29 @@ def forwarder(events: Any, run_id: str) -> Callable[[dict[str, Any]], None]:
 
 
 def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str], events: Any) -> dict[str, Any]:
-    """The Ray task: probe this node's interpreter for the backend, then measure like a local run."""
+    """The Ray task: probe this node's interpreter for the backend, then measure like a local run.
+
+    The device lock is held from before the probe: a probe boots the task's fork server
+    (an import of torch), which on a host where another task is measuring would take the
+    CPU from that measurement.
+    """
     import ray
 
     spec = RunSpec.from_json(spec_json)
-    key = (python_for(pythons, spec.backend), spec.backend)
-    if key not in _PROBES:
-        _PROBES[key] = probe(key[0], [spec.backend])
-    probed = _PROBES[key]
-    result = Executor(results, pythons).run(spec, probed["backends"][spec.backend], forwarder(events, spec.run_id))
+    backend = get_backend(spec.backend)
+    forward = forwarder(events, spec.run_id)
+
+    def on_wait(message: str) -> None:
+        forward({"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
+
+    with devicelock.hold(lock_name(backend.device_kind, worker_env(backend.worker_env)), on_wait) as waited:
+        key = (python_for(pythons, spec.backend), spec.backend)
+        if key not in _PROBES:
+            _PROBES[key] = probe(key[0], [spec.backend])
+        probed = _PROBES[key]
+        result = Executor(results, pythons).run(spec, probed["backends"][spec.backend], forward)
+    if "device_wait_s" in result:  # measured: the wait for the device came before the probe
+        result["device_wait_s"] = waited
     result["ray_node_id"] = ray.get_runtime_context().get_node_id()
     return {"result": result, "fact": facts_for(probed, spec.backend)}
 
