@@ -6,6 +6,7 @@ only loopback (Ray then binds 127.0.0.1). Each scenario starts its own cluster w
 node, so a node can really die), drives the real CLI or the launcher, and prints one JSON
 object with what it saw; the test asserts on it and on the store under OUT.
 
+- ``suite``: a tiny suite over cpu, tpu and cuda with a crashing workload, then ``env --on ray``.
 - ``events``: the workers' phase events reach the driver's observer while runs are live.
 - ``node-death``: the only node with CPUs is killed while a run hangs on it: the hanging
   run is a ``crashed`` row, the queued one an ``unavailable`` row, finished ones stay.
@@ -59,6 +60,20 @@ def cli(line: str, address: str, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [*argv, "--results", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def finish(driver: subprocess.Popen) -> str:
+    """The driver's output once it has exited; a driver still running at the deadline first
+    dumps its stacks (the CLI's SIGUSR1 handler), so the failure says where it hung."""
+    try:
+        output, _ = driver.communicate(timeout=DEADLINE_S)
+        return output
+    except subprocess.TimeoutExpired:
+        driver.send_signal(signal.SIGUSR1)
+        time.sleep(2)  # not a wait for an event: the stacks have no end marker to wait for
+        driver.kill()
+        output, _ = driver.communicate()
+        raise SystemExit(f"scenario: the driver did not exit; its output and stacks:\n{output[-6000:]}") from None
 
 
 def stored_rows(out: Path) -> int:
@@ -140,7 +155,7 @@ def node_death(out: Path) -> dict:
         cluster.wait_for_nodes()
         driver, hung = start_hanging_suite(cluster, out, pidfile)
         cluster.remove_node(doomed, allow_graceful=False)
-        output, _ = driver.communicate(timeout=DEADLINE_S)
+        output = finish(driver)
         wait_for("the hanging worker to die with its node", lambda: not alive(hung), 60)
     finally:
         cluster.shutdown()
@@ -154,14 +169,44 @@ def ctrl_c(out: Path) -> dict:
     try:
         driver, hung = start_hanging_suite(cluster, out, pidfile)
         driver.send_signal(signal.SIGINT)
-        output, _ = driver.communicate(timeout=DEADLINE_S)
+        output = finish(driver)
         wait_for("the hanging worker to die", lambda: not alive(hung), 60)
     finally:
         cluster.shutdown()
     return {"returncode": driver.returncode, "output": output[-3000:]}
 
 
-SCENARIOS = {"events": events, "node-death": node_death, "ctrl-c": ctrl_c}
+def suite(out: Path) -> dict:
+    """A tiny suite with a crashing workload over cpu, tpu and cuda, on one node that declares
+    ``TPU: 4`` (so TPU placement is exercised; the node then says it has no chip) and no GPU;
+    then ``env --on ray``. Returns both commands' exit codes and output."""
+    line = (
+        "run --workload fault-ok --workload fault-segfault --backend cpu --backend tpu --backend cuda "
+        "--mode infer --steps 2 --warmup 1"
+    )
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"TPU": 4}, "include_dashboard": False}
+    )
+    try:
+        run_output = finish(driver := cli(line, cluster.address, out))
+        env = subprocess.run(
+            [sys.executable, "-m", "tpubench", "env", "--on", "ray", "--ray-address", cluster.address, "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+    finally:
+        cluster.shutdown()
+    return {
+        "returncode": driver.returncode,
+        "output": run_output[-3000:],
+        "env_returncode": env.returncode,
+        "env": env.stdout,
+    }
+
+
+SCENARIOS = {"suite": suite, "events": events, "node-death": node_death, "ctrl-c": ctrl_c}
 
 if __name__ == "__main__":
     scenario, out = sys.argv[1], Path(sys.argv[2])

@@ -1,8 +1,10 @@
 """``--on ray`` on a real local Ray cluster, inside a network namespace that has only loopback.
 
 Ray binds this machine's interface address even when told 127.0.0.1, and no test may talk
-to any address but loopback; in a namespace with only ``lo``, Ray uses 127.0.0.1. The head
-node declares ``TPU: 4`` so that TPU placement is exercised: its tpu rows are then
+to any address but loopback; in a namespace with only ``lo``, Ray uses 127.0.0.1. Each
+scenario (tests/ray_scenarios.py) starts its own cluster with ``ray.cluster_utils.Cluster``
+and stops only its own processes (``ray stop`` would stop every Ray on the machine). The
+suite's node declares ``TPU: 4`` so that TPU placement is exercised: its tpu rows are then
 ``unavailable`` (no chip here), which is the honest answer. Needs root (``unshare -n``).
 """
 
@@ -34,23 +36,9 @@ RUN = (
 )
 
 
-def in_loopback_namespace(script: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``script`` (bash) in a new network namespace with a local Ray head on 127.0.0.1."""
-    ray = str(Path(sys.executable).with_name("ray"))
-    head = (
-        f"{ray} start --head --node-ip-address 127.0.0.1 --num-cpus 2 --resources '{{\"TPU\": 4}}' "
-        "--include-dashboard false --disable-usage-stats > /dev/null"
-    )
-    full = f"set -e\nip link set lo up\n{head}\ntrap '{ray} stop --force > /dev/null 2>&1' EXIT\n{script}\n"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
-    return subprocess.run(
-        ["unshare", "-n", "bash", "-c", full], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
-    )
-
-
 @pytest.fixture(scope="module")
 def fault_env() -> None:
-    """The test-only fault workloads, in this process and (through `ray start`'s env) on the node."""
+    """The test-only fault workloads in this process, for the local run compared with Ray's."""
     tests = str(Path(__file__).resolve().parent)
     saved = {key: os.environ.get(key) for key in ("TPUBENCH_WORKLOAD_MODULES", "PYTHONPATH")}
     os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads"
@@ -65,10 +53,9 @@ def fault_env() -> None:
 
 def test_a_suite_on_ray_gives_the_rows_a_local_run_gives(fault_env: None, tmp_path: Path) -> None:
     on_ray, local = tmp_path / "ray", tmp_path / "local"
-    cli = shlex.join(command(f"{RUN} --on ray --results {on_ray}"))
-    result = in_loopback_namespace(f"{cli}\n{shlex.join(command('env --on ray --json'))}")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    fleet = json.loads(result.stdout[result.stdout.index("[\n") :])
+    seen = scenario("suite", on_ray)  # ray_scenarios.py runs the same RUN line
+    assert seen["returncode"] == 0 and seen["env_returncode"] == 0, seen["output"]
+    fleet = json.loads(seen["env"][seen["env"].index("[\n") :])
     assert len(fleet) == 1 and "TPU 4" in fleet[0]["kind"] and fleet[0]["backends"]["cpu"]["available"]
 
     local_result = subprocess.run(command(f"{RUN} --results {local}"), capture_output=True, text=True, cwd=ROOT)

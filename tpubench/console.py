@@ -6,7 +6,9 @@ autoload into it: the variable has to be set before anything imports torch.
 
 import atexit
 import contextlib
+import faulthandler
 import os
+import signal
 import sys
 
 #: commands that start workers: their fork server boots while this process imports the CLI
@@ -15,6 +17,7 @@ WORKER_COMMANDS = ("run", "env", "ci")
 
 def main() -> None:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where a stuck tpubench is
     if len(sys.argv) > 1 and sys.argv[1] in WORKER_COMMANDS:
         from tpubench.process import prestart
 
