@@ -9,20 +9,21 @@ crash classification, device lock and ``--python`` mapping. Ray sets ``TPU_VISIB
 or ``CUDA_VISIBLE_DEVICES`` for the task, which pins the worker (and names its lock).
 
 Rows come back to the driver, which writes the invocation's files as a local run does;
-the workers' phase events (build, compile, warm-up, measure) come back live through a Ray
-queue, so the progress display follows the runs as it does locally. Tasks are never
-retried (``max_retries=0``): a retried measurement would mix with a first try. A backend
-that no node can serve gives ``unavailable`` rows at once instead of tasks that wait for
-ever, and so do queued runs that only a node that has since died could serve; a task
-whose node dies gives a ``crashed`` row.
+the workers' phase events (build, compile, warm-up, measure) come back live on each task's
+own return stream (a streaming generator task), so the progress display follows the runs
+as it does locally. Tasks are never retried (``max_retries=0``): a retried measurement
+would mix with a first try. A backend that no node can serve gives ``unavailable`` rows at
+once instead of tasks that wait for ever, and so do queued runs that only a node that has
+since died could serve; a task whose node dies gives a ``crashed`` row.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import queue
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,16 +87,13 @@ TASK_ENV = {"env_vars": {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}}
 
 #: a task forwards a run's step-by-step progress at most this often (phase changes always)
 EVENT_INTERVAL_S = 0.25
-#: how often the driver looks up, between results, whether the nodes changed and events came
+#: how often the driver looks up, between items of the tasks' streams, whether the nodes changed
 POLL_S = 0.25
 
 
-def forwarder(events: Any, run_id: str) -> Callable[[dict[str, Any]], None]:
-    """The worker's event callback inside a task: onto the driver's queue, thinned to phase changes
-    and a few step updates a second (a dropped update only costs the display a tick)."""
-    from ray.exceptions import RayError
-    from ray.util.queue import Full
-
+def thinned(emit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """The worker's event callback inside a task: phase changes always, step updates a few
+    times a second (the display needs no more, and every event crosses the network)."""
     last: dict[str, Any] = {"phase": None, "at": 0.0}
 
     def forward(event: dict[str, Any]) -> None:
@@ -103,14 +101,41 @@ def forwarder(events: Any, run_id: str) -> Callable[[dict[str, Any]], None]:
         if event.get("phase") == last["phase"] and now - last["at"] < EVENT_INTERVAL_S:
             return
         last.update(phase=event.get("phase"), at=now)
-        with contextlib.suppress(Full, RayError):  # full, or gone with the driver's node
-            events.put_nowait((run_id, event))
+        emit(event)
 
     return forward
 
 
-def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str], events: Any) -> dict[str, Any]:
-    """The Ray task: probe this node's interpreter for the backend, then measure like a local run.
+def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """The Ray task, a streaming generator: ``{"event": ...}`` items while the run goes, then one
+    ``{"answer": ...}``. Events ride on the task's own return stream, so no extra process (a
+    queue actor cost about 3 s per invocation here) carries them. The measurement runs in a
+    thread so that this generator can hand its events over while it runs."""
+    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    outcome: dict[str, Any] = {}
+
+    def measure() -> None:
+        try:
+            outcome["answer"] = _measure(spec_json, results, pythons, thinned(events.put))
+        except BaseException as error:  # re-raised below, in the task's own thread
+            outcome["error"] = error
+        finally:
+            events.put(None)
+
+    thread = threading.Thread(target=measure, name="tpubench-measure", daemon=True)
+    thread.start()
+    while (event := events.get()) is not None:
+        yield {"event": event}
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    yield {"answer": outcome["answer"]}
+
+
+def _measure(
+    spec_json: dict[str, Any], results: str, pythons: dict[str, str], forward: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Probe this node's interpreter for the backend, then measure like a local run.
 
     The device lock is held from before the probe: a probe boots the task's fork server
     (an import of torch), which on a host where another task is measuring would take the
@@ -120,7 +145,6 @@ def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str]
 
     spec = RunSpec.from_json(spec_json)
     backend = get_backend(spec.backend)
-    forward = forwarder(events, spec.run_id)
 
     def on_wait(message: str) -> None:
         forward({"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
@@ -209,16 +233,9 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
     may come from different hosts (the ``host`` and ``ray_node_id`` columns say which).
     """
     ray = connect(address)
-    from ray.util.queue import Queue
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    task = ray.remote(max_retries=0, retry_exceptions=False, runtime_env=TASK_ENV)(run_on_node)
-    # the events' queue lives on the driver's node, which outlives any other
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    events = Queue(maxsize=10_000, actor_options={"num_cpus": 0, "scheduling_strategy": here})
+    task = ray.remote(max_retries=0, retry_exceptions=False, runtime_env=TASK_ENV, num_returns="streaming")(run_on_node)
     nodes = node_resources(ray)
-    pending: dict[Any, RunSpec] = {}
-    by_run_id = {spec.run_id: spec for spec in specs}
+    pending: dict[Any, RunSpec] = {}  # each run's stream of events and answer
     rows: list[dict[str, Any]] = []
     ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
     for index, spec in enumerate(specs):
@@ -227,8 +244,7 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
         if not servable(options, nodes):
             ready.append((spec, _unservable(spec, options), None))
             continue
-        ref = task.options(**options).remote(spec.to_json(), str(runner.results_dir), runner.pythons, events)
-        pending[ref] = spec
+        pending[task.options(**options).remote(spec.to_json(), str(runner.results_dir), runner.pythons)] = spec
 
     def write_ready() -> None:
         while ready:
@@ -240,13 +256,23 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
             rows.append(row)
             runner.observer.on_finish(spec, row)
 
-    def collect(ref: Any) -> None:
-        spec = pending.pop(ref)
+    def take(stream: Any) -> None:
+        """The next item of a stream ``ray.wait`` found ready: an event, the answer, or the error."""
+        spec = pending[stream]
         try:
-            answer = ray.get(ref)
-            ready.append((spec, answer["result"], answer["fact"]))
+            item = ray.get(next(stream))
+        except StopIteration:
+            item = {"error": RuntimeError("the task ended without a result")}
         except ray.exceptions.RayError as error:
-            ready.append((spec, _lost(spec, error), None))
+            item = {"error": error}
+        if "event" in item:
+            runner.observer.on_event(spec, item["event"])
+            return
+        del pending[stream]
+        if "error" in item:
+            ready.append((spec, _lost(spec, item["error"]), None))
+        else:
+            ready.append((spec, item["answer"]["result"], item["answer"]["fact"]))
 
     try:
         while ready or pending:
@@ -254,10 +280,8 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
             if not pending:
                 break
             done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-            for run_id, event in _drain(events):
-                runner.observer.on_event(by_run_id[run_id], event)
             if done:
-                collect(done[0])
+                take(done[0])
                 continue
             current = node_resources(ray)
             if current != nodes:
@@ -265,26 +289,13 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
                 nodes = current
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
         runner.interrupted = True
-        finished, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0) if pending else ([], [])
-        for ref in finished:
-            collect(ref)
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        for stream in list(pending):
+            while stream in pending and ray.wait([stream], timeout=0)[0]:
+                take(stream)
+        for stream in pending:
+            ray.cancel(stream, force=True)
         write_ready()
-    finally:
-        with contextlib.suppress(Exception):
-            events.shutdown(force=True)
     return rows
-
-
-def _drain(events: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The events queued so far; none once the queue is gone (progress is a nicety, rows are not)."""
-    import ray
-
-    try:
-        return events.get_nowait_batch(events.qsize())
-    except ray.exceptions.RayError:
-        return []
 
 
 def _stranded(ray: Any, pending: dict[Any, RunSpec], nodes: list[dict[str, float]]) -> list[tuple]:
