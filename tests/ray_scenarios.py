@@ -23,7 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,18 +31,11 @@ from ray.cluster_utils import Cluster
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 sys.path[:0] = [str(ROOT), str(TESTS)]
+from helpers import wait_for  # noqa: E402  (after the path that finds it)
+
 os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), str(ROOT), os.environ.get("PYTHONPATH")]))
 DEADLINE_S = 240
-
-
-def wait_for(what: str, ready: Callable[[], bool], deadline_s: float = DEADLINE_S) -> None:
-    """Until ``ready()``; a missed deadline fails the scenario with ``what``."""
-    end = time.monotonic() + deadline_s
-    while not ready():
-        if time.monotonic() > end:
-            raise SystemExit(f"scenario: gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -56,23 +48,28 @@ def alive(pid: int) -> bool:
 
 
 def cli(line: str, address: str, out: Path) -> subprocess.Popen:
+    """The CLI as a driver; PYTHONFAULTHANDLER makes it dump its stacks on SIGABRT (see :func:`finish`)."""
     argv = [sys.executable, "-m", "tpubench", *line.split(), "--on", "ray", "--ray-address", address]
     return subprocess.Popen(
-        [*argv, "--results", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [*argv, "--results", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
 def finish(driver: subprocess.Popen) -> str:
-    """The driver's output once it has exited; a driver still running at the deadline first
-    dumps its stacks (the CLI's SIGUSR1 handler), so the failure says where it hung."""
+    """The driver's output once it has exited. A driver still running at the deadline gets
+    SIGABRT, on which it dumps every thread's stack (PYTHONFAULTHANDLER) and dies, so the
+    failure says where it hung."""
     try:
         output, _ = driver.communicate(timeout=DEADLINE_S)
         return output
     except subprocess.TimeoutExpired:
-        driver.send_signal(signal.SIGUSR1)
-        time.sleep(2)  # not a wait for an event: the stacks have no end marker to wait for
-        driver.kill()
-        output, _ = driver.communicate()
+        driver.send_signal(signal.SIGABRT)
+        output, _ = driver.communicate(timeout=60)
         raise SystemExit(f"scenario: the driver did not exit; its output and stacks:\n{output[-6000:]}") from None
 
 
@@ -140,40 +137,48 @@ def hang_pidfile(out: Path) -> Path:
 def start_hanging_suite(cluster: Cluster, out: Path, pidfile: Path) -> tuple[subprocess.Popen, int]:
     """The CLI on ``cluster``, once its first hang has started and both quick rows are stored."""
     driver = cli(HANG_SUITE, cluster.address, out)
-    wait_for("the hanging run to start", lambda: pidfile.exists() and pidfile.read_text().strip() != "")
-    wait_for("the quick runs' rows", lambda: stored_rows(out) == 2)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", "the hanging run to start", DEADLINE_S)
+    wait_for(lambda: stored_rows(out) == 2, "the quick runs' rows", DEADLINE_S)
     return driver, int(pidfile.read_text())
 
 
-def node_death(out: Path) -> dict:
-    """The head has no CPUs (it hosts the driver and its events' queue); the one node that has
-    one is killed, raylet and workers, while a run hangs on it."""
+def interrupted(
+    out: Path, head_cpus: int, node_cpus: int, interrupt: Callable[[Cluster, subprocess.Popen], None]
+) -> dict:
+    """The hanging suite on a fresh cluster (a head with ``head_cpus``, plus a node with
+    ``node_cpus`` if any, ``cluster.worker_nodes``), ``interrupt``-ed once its first hang has
+    started; the driver's exit code and output, once the hanging worker has died too."""
     pidfile = hang_pidfile(out)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
     try:
-        doomed = cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
+        if node_cpus:
+            cluster.add_node(num_cpus=node_cpus)
+            cluster.wait_for_nodes()
         driver, hung = start_hanging_suite(cluster, out, pidfile)
-        cluster.remove_node(doomed, allow_graceful=False)
+        interrupt(cluster, driver)
         output = finish(driver)
-        wait_for("the hanging worker to die with its node", lambda: not alive(hung), 60)
+        wait_for(lambda: not alive(hung), "the hanging worker to die", 60)
     finally:
         cluster.shutdown()
     return {"returncode": driver.returncode, "output": output[-3000:]}
+
+
+def node_death(out: Path) -> dict:
+    """The head has no CPUs (it hosts only the driver); the one node that has one is killed,
+    raylet and workers, while a run hangs on it."""
+
+    def kill_the_node(cluster: Cluster, driver: subprocess.Popen) -> None:
+        (node,) = cluster.worker_nodes
+        cluster.remove_node(node, allow_graceful=False)
+
+    return interrupted(out, head_cpus=0, node_cpus=1, interrupt=kill_the_node)
 
 
 def ctrl_c(out: Path) -> dict:
     """SIGINT to the driver while the first hang runs and the second waits for the CPU."""
-    pidfile = hang_pidfile(out)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        driver, hung = start_hanging_suite(cluster, out, pidfile)
-        driver.send_signal(signal.SIGINT)
-        output = finish(driver)
-        wait_for("the hanging worker to die", lambda: not alive(hung), 60)
-    finally:
-        cluster.shutdown()
-    return {"returncode": driver.returncode, "output": output[-3000:]}
+    return interrupted(
+        out, head_cpus=1, node_cpus=0, interrupt=lambda cluster, driver: driver.send_signal(signal.SIGINT)
+    )
 
 
 def suite(out: Path) -> dict:
