@@ -146,6 +146,11 @@ def lock_name(device_kind: str, env: dict[str, str]) -> str:
     return f"{device_kind}-{pinned}" if pinned else device_kind
 
 
+def wait_reporter(on_event: Callable[[dict[str, Any]], None]) -> Callable[[str], None]:
+    """A device wait's message as the ``wait`` phase event a front end shows on its own line."""
+    return lambda message: on_event({"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
+
+
 @dataclass
 class Executor:
     """Runs one spec on the machine it is called on: the device lock, the isolated worker,
@@ -170,10 +175,7 @@ class Executor:
             trace_root = Path(self.results) / "traces" if not store.is_remote(self.results) else None
             staging = None if trace_root else tempfile.mkdtemp(prefix="tpubench-trace-")
             spec = replace(spec, trace_dir=str(((trace_root or Path(staging)) / spec.run_id).resolve()))
-
-        def on_wait(message: str) -> None:
-            on_event({"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
-
+        on_wait = wait_reporter(on_event)
         try:
             with devicelock.hold(lock_name(backend.device_kind, env), on_wait) as waited:
                 started_at = datetime.now(UTC)

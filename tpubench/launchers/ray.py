@@ -30,7 +30,16 @@ from typing import Any
 from tpubench import devicelock
 from tpubench.backends import get_backend
 from tpubench.process import worker_env
-from tpubench.runner import Executor, SuiteRunner, facts_for, lock_name, probe, python_for, row_for
+from tpubench.runner import (
+    Executor,
+    SuiteRunner,
+    facts_for,
+    lock_name,
+    probe,
+    python_for,
+    row_for,
+    wait_reporter,
+)
 from tpubench.spec import RunSpec
 
 #: what a task of each device kind asks Ray for, besides one CPU
@@ -145,11 +154,8 @@ def _measure(
 
     spec = RunSpec.from_json(spec_json)
     backend = get_backend(spec.backend)
-
-    def on_wait(message: str) -> None:
-        forward({"event": "phase", "phase": "wait", "step": 0, "of": 0, "detail": message})
-
-    with devicelock.hold(lock_name(backend.device_kind, worker_env(backend.worker_env)), on_wait) as waited:
+    lock = lock_name(backend.device_kind, worker_env(backend.worker_env))  # the one Executor.run takes
+    with devicelock.hold(lock, wait_reporter(forward)) as waited:
         key = (python_for(pythons, spec.backend), spec.backend)
         if key not in _PROBES:
             _PROBES[key] = probe(key[0], [spec.backend])
