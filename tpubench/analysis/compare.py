@@ -319,12 +319,17 @@ def _mad_sd(*groups: np.ndarray) -> float:
     return float(np.median(deviations) / stats.norm.ppf(0.75))
 
 
+def _power_z(alpha: float, power: float) -> float:
+    """Standard errors between no change and a change detected with ``power`` at two-sided
+    level ``alpha`` (normal approximation, which the rank test over runs is within a few
+    percent of)."""
+    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+
+
 def detectable_change(sd: float, n_base: int, n_test: int, alpha: float, power: float) -> float:
     """The smallest relative change that ``n_base`` vs ``n_test`` runs with between-run spread
-    ``sd`` detect with probability ``power`` at two-sided level ``alpha`` (normal approximation,
-    which the rank test over runs is within a few percent of)."""
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    return math.exp(z * sd * math.sqrt(1 / n_base + 1 / n_test)) - 1
+    ``sd`` detect with probability ``power`` at two-sided level ``alpha``."""
+    return math.exp(_power_z(alpha, power) * sd * math.sqrt(1 / n_base + 1 / n_test)) - 1
 
 
 def runs_needed(spread: float, baseline_runs: int, change: float, settings: Settings) -> int | None:
@@ -332,7 +337,7 @@ def runs_needed(spread: float, baseline_runs: int, change: float, settings: Sett
     per-run statistic varies by ``spread`` (sd of its log), with ``settings.power`` at
     ``settings.alpha``: the inverse of :func:`detectable_change`, at least ``settings.min_runs``.
     None when no number can (the baseline's own runs are too few for that spread)."""
-    z = stats.norm.ppf(1 - settings.alpha / 2) + stats.norm.ppf(settings.power)
+    z = _power_z(settings.alpha, settings.power)
     room = (math.log1p(change) / (z * max(spread, 1e-9))) ** 2 - 1 / baseline_runs
     return None if room <= 0 else max(settings.min_runs, math.ceil(1 / room))
 

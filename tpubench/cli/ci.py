@@ -20,6 +20,7 @@ error (exit 2), never a green job.
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 import warnings
@@ -94,13 +95,13 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     needed = [
         compare.runs_needed(row.spread, row.runs, compare.DETECT, settings) for row in spreads.itertuples(index=False)
     ]
-    worst = spreads.iloc[max(range(len(needed)), key=lambda i: needed[i] or most + 1)]
-    rounds = min(most, max(n or most for n in needed))
+    index = max(range(len(needed)), key=lambda i: needed[i] or math.inf)  # None: no number of rounds is enough
+    worst = spreads.iloc[index]
     label = f"{worst['workload']}/{worst['size']} {worst['backend']} {worst['mode']}"
     detect = f"a {100 * compare.DETECT:g}% slowdown"
-    if all(n is not None and n <= most for n in needed):
-        return rounds, f"{label}'s baseline runs vary ±{100 * worst['spread']:.0f}%: enough to catch {detect}"
-    return rounds, (
+    if needed[index] is not None and needed[index] <= most:
+        return needed[index], f"{label}'s baseline runs vary ±{100 * worst['spread']:.0f}%: enough to catch {detect}"
+    return most, (
         f"{label}'s {worst['runs']} baseline runs vary ±{100 * worst['spread']:.0f}%: "
         f"{most} rounds cannot catch {detect} reliably against them (the report says what they can)"
     )
