@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,11 @@ def wait_for(condition, what: str, timeout: float = 120.0, interval: float = 0.0
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` that handles SIGINT as a terminal's Ctrl-C is. A shell's background job
+    (a CI runner, nohup, ``pytest &``) starts with SIGINT ignored, which its children inherit,
+    and Python then installs no KeyboardInterrupt handler: a test that interrupts a CLI it
+    started would otherwise wait for an exit that never comes."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -31,7 +31,7 @@ from ray.cluster_utils import Cluster
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 sys.path[:0] = [str(ROOT), str(TESTS)]
-from helpers import wait_for  # noqa: E402  (after the path that finds it)
+from helpers import default_sigint, wait_for  # noqa: E402  (after the path that finds it)
 
 os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads"
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -48,7 +48,8 @@ def alive(pid: int) -> bool:
 
 
 def cli(line: str, address: str, out: Path) -> subprocess.Popen:
-    """The CLI as a driver; PYTHONFAULTHANDLER makes it dump its stacks on SIGABRT (see :func:`finish`)."""
+    """The CLI as a driver; PYTHONFAULTHANDLER makes it dump its stacks on SIGABRT (see :func:`finish`),
+    and SIGINT is its default, whatever this process inherited (:func:`helpers.default_sigint`)."""
     argv = [sys.executable, "-m", "tpubench", *line.split(), "--on", "ray", "--ray-address", address]
     return subprocess.Popen(
         [*argv, "--results", str(out)],
@@ -57,6 +58,7 @@ def cli(line: str, address: str, out: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from helpers import command, wait_for
+from helpers import command, default_sigint, wait_for
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
@@ -68,12 +68,6 @@ def test_a_missing_interpreter_makes_its_backends_unavailable(results_dir: Path)
     [row] = SuiteRunner(results_dir, pythons={"cpu": "/nonexistent/python"}).run(specs)
     assert row["status"] == "unavailable"
     assert "/nonexistent/python" in row["error"]
-
-
-def default_sigint() -> None:
-    """SIGINT handled as a terminal's Ctrl-C is: a shell's background job (a CI runner, nohup)
-    starts with SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize(

@@ -127,10 +127,6 @@ def test_a_dead_node_gives_a_crashed_row_and_strands_nothing(tmp_path: Path) -> 
     assert stranded["status"] == "unavailable" and "any more" in stranded["error"]
 
 
-@pytest.mark.skip(
-    reason="intermittent: inside the full suite the driver sometimes does not exit after SIGINT (issue 14, "
-    "open); run `python tests/ray_scenarios.py ctrl-c OUT` in `unshare -n` to reproduce, it dumps the stacks"
-)
 def test_ctrl_c_cancels_the_queue_and_keeps_what_finished(tmp_path: Path) -> None:
     seen = scenario("ctrl-c", tmp_path / "out")
     assert seen["returncode"] == 130, seen["output"]
