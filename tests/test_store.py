@@ -73,6 +73,19 @@ def test_unknown_columns_are_rejected_on_write(results_dir: Path) -> None:
         store.InvocationWriter(results_dir, "inv", WHEN).add(run_row("a", median_ms=1.0))
 
 
+def test_a_rejected_run_leaves_the_invocation_as_it_was(results_dir: Path) -> None:
+    """A run whose step rows do not fit the schema is refused whole: neither its run row nor
+    its steps reach the files, and the invocation goes on with the next run."""
+    writer = store.InvocationWriter(results_dir, "inv", WHEN)
+    writer.add(run_row("a"), [{"run_id": "a", "step": 0, "phase": "measure", "step_ms": 1.0}])
+    with pytest.raises(ValueError, match="not in the steps schema"):
+        writer.add(run_row("b"), [{"run_id": "b", "step": 0, "phase": "measure", "millis": 2.0}])
+    writer.add(run_row("c"), [{"run_id": "c", "step": 0, "phase": "measure", "step_ms": 3.0}])
+    assert list(store.load_runs(results_dir).run_id) == ["a", "c"]
+    steps = store.load_steps(results_dir)
+    assert list(steps.run_id) == ["a", "c"] and list(steps.step_ms) == [1.0, 3.0]
+
+
 def test_a_corrupt_file_is_named_and_skipped(results_dir: Path) -> None:
     store.InvocationWriter(results_dir, "good", WHEN).add(run_row("good"))
     bad = results_dir / "runs" / "date=2026-11-29" / "bad.parquet"
