@@ -121,13 +121,13 @@ def main() -> None:
         row = capture(work / "chrome", "cpu", 2, None, [])
         for size in (float(text) for text in args.chrome_mb.split(",")):
             target = work / f"chrome-{size:g}MB.json"
-            copies = repeated_chrome_trace(Path(row["trace_path"]), target, size)
+            copies = repeated_chrome_trace(store.inside_results(work / "chrome", row["trace_path"]), target, size)
             files.append((f"chrome trace, {copies} copies of 2 steps", target, 2 * copies))
         if args.xla_python:
             for steps in (int(text) for text in args.xplane_steps.split(",")):
                 small = ["--batch-size", "1", "--seq-len", "16"]  # the same ops per step, executed sooner
                 row = capture(work / f"xla-{steps}", "xla", steps, args.xla_python, small)
-                [xplane] = Path(row["trace_path"]).rglob("*.xplane.pb")
+                [xplane] = store.inside_results(work / f"xla-{steps}", row["trace_path"]).rglob("*.xplane.pb")
                 files.append((f"xplane, {steps} traced steps", xplane, steps))
         print(f"load average before measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         header = f"{'trace':36} {'MB':>7} {'s':>6} {'MB/s':>6} {'CPU s':>6} {'MB/CPU s':>8} {'peak RSS MB':>11}"

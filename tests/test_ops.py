@@ -48,7 +48,8 @@ def profiled(results_dir: Path, backend: str, mode: str = "train", pythons: dict
     specs = plan(["gpt2"], backends=[backend], modes=[mode], warmup=1, steps=2, profile_steps=2, timeout_s=300)
     [row] = SuiteRunner(results_dir, pythons=pythons or {}).run(specs)
     assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
-    return row
+    assert row["trace_path"].startswith(f"traces/{row['run_id']}")  # recorded relative to the store
+    return {**row, "trace_file": results_dir / row["trace_path"]}  # where this test finds it
 
 
 @pytest.fixture(scope="module")
@@ -79,21 +80,15 @@ def xla_run(results: Path) -> dict:
 
 
 def xplane_of(run: dict) -> Path:
-    [path] = Path(run["trace_path"]).rglob("*.xplane.pb")
+    [path] = run["trace_file"].rglob("*.xplane.pb")
     return path
 
 
 def copy_store(results: Path, destination: Path) -> Path:
-    """A copy of the store whose runs record their traces relative to it (the originals
-    record absolute paths into the original store, which the copy must not read)."""
+    """A copy of the store, as a user copies one to another machine. Its runs record their
+    traces relative to the store, so the copy reads its own traces, never the original's
+    (the corrupt-trace tests below damage the copy's and expect the error)."""
     shutil.copytree(results, destination)
-    for path in (destination / "runs").glob("date=*/*.parquet"):
-        table = pq.read_table(path)
-        relative = [
-            None if p is None else str(Path(p).relative_to(results.resolve())) for p in table["trace_path"].to_pylist()
-        ]
-        index = table.schema.get_field_index("trace_path")
-        pq.write_table(table.set_column(index, "trace_path", pa.array(relative, pa.string())), path)
     return destination
 
 
@@ -232,8 +227,8 @@ def test_chrome_reader_agrees_with_key_averages(tmp_path: Path) -> None:
 
 def test_gzipped_chrome_trace_reads_the_same(cpu_run: dict, tmp_path: Path) -> None:
     packed = tmp_path / "trace.json.gz"
-    packed.write_bytes(gzip.compress(Path(cpu_run["trace_path"]).read_bytes()))
-    assert ingest(packed, 2) == ingest(cpu_run["trace_path"], 2)
+    packed.write_bytes(gzip.compress(cpu_run["trace_file"].read_bytes()))
+    assert ingest(packed, 2) == ingest(cpu_run["trace_file"], 2)
 
 
 def test_xplane_reader_agrees_with_profile_data(xla_run: dict) -> None:
@@ -413,7 +408,7 @@ def test_a_run_without_a_trace_says_how_to_capture_one(results_dir: Path) -> Non
 
 def test_a_failed_ingest_keeps_the_run_and_says_how_to_retry(results: Path, cpu_run: dict, tmp_path: Path) -> None:
     truncated = tmp_path / "trace.json"
-    data = Path(cpu_run["trace_path"]).read_bytes()
+    data = cpu_run["trace_file"].read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
     columns = ingest_trace(str(truncated), 2)  # what the worker adds to the run's row
     assert columns["profile_steps"] == 2 and "ops" not in columns
@@ -475,7 +470,7 @@ def test_a_symlink_out_of_the_results_is_refused(tmp_path: Path) -> None:
 def test_trace_prints_the_path_and_the_viewer(results: Path, cpu_run: dict) -> None:
     result = in_process("trace", cpu_run["run_id"], "--results", str(results))
     assert result.returncode == 0, result.stderr
-    assert f"trace: {cpu_run['trace_path']}" in result.stdout and "ui.perfetto.dev" in result.stdout
+    assert f"trace: {cpu_run['trace_file'].resolve()}" in result.stdout and "ui.perfetto.dev" in result.stdout
 
 
 def free_port() -> int:
@@ -510,7 +505,7 @@ def test_trace_open_serves_a_chrome_trace_to_perfetto_on_loopback(results: Path,
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/trace.json", timeout=30) as response:
             assert response.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
-            assert response.read() == Path(cpu_run["trace_path"]).read_bytes()
+            assert response.read() == cpu_run["trace_file"].read_bytes()
     finally:
         viewer.terminate()
         output = viewer.communicate(timeout=30)[0]

@@ -95,8 +95,8 @@ def test_profile_writes_an_xplane_trace_with_step_annotations(results_dir: Path,
     from xprof.profile_data import ProfileData
 
     row = run_xla(results_dir, xla_python, mode="infer", profile_steps=2)
-    trace_dir = Path(row["trace_path"])
-    assert trace_dir == (results_dir / "traces" / row["run_id"]).resolve()
+    assert row["trace_path"] == f"traces/{row['run_id']}"  # relative to the store, which can move
+    trace_dir = results_dir / row["trace_path"]
     [xplane] = trace_dir.glob("plugins/profile/*/*.xplane.pb")
     assert xplane.stat().st_size > 0
     names = {

@@ -199,6 +199,8 @@ class Executor:
                 result["trace_path"] = store.upload_trace(
                     self.results, spec.run_id, spec.trace_dir, result["trace_path"]
                 )
+            elif result.get("trace_path"):
+                result["trace_path"] = store.recorded_path(self.results, result["trace_path"])
         finally:
             if staging:
                 shutil.rmtree(staging, ignore_errors=True)

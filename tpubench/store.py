@@ -256,6 +256,14 @@ def load_steps(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.Da
     return load_table(results_dir, "steps", **filters)
 
 
+def recorded_path(results_dir: str | Path, path: str) -> str:
+    """How a local store records a file of its own (``runs.trace_path``): relative to the
+    results directory, so a store that is moved or copied (from a TPU VM to a laptop, into
+    a CI artifact) still finds its traces. A path outside the directory is kept as it is."""
+    absolute, root = Path(path).resolve(), Path(results_dir).resolve()
+    return absolute.relative_to(root).as_posix() if absolute.is_relative_to(root) else path
+
+
 def inside_results(results_dir: Path, recorded: str) -> Path:
     """A path read from the store (``runs.trace_path``), resolved, if it lies inside
     ``results_dir``; a relative one is taken from ``results_dir``. Anything that leads
