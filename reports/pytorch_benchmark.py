@@ -36,6 +36,12 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _json_map(value: Any) -> dict[str, Any]:
+    """A JSON-object column (``tags``, ``backend_versions``); null in rows that predate it."""
+    text = _text(value)
+    return json.loads(text) if text else {}
+
+
 def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
     """One v3 record per (ok run, metric): ``step_ms`` carries every measured step sample of the
     run in ``benchmark_values``; the other metrics (:data:`RUN_METRICS`) carry the run's value."""
@@ -43,11 +49,11 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
     samples = {run_id: group["step_ms"].dropna().tolist() for run_id, group in measured.groupby("run_id")}
     found = []
     for run in runs[runs["status"] == "ok"].to_dict("records"):
-        tags = json.loads(run["tags"]) if run.get("tags") else {}
+        tags = _json_map(run.get("tags"))
         benchmark = {
             "name": "tpubench",
             "mode": "training" if run["mode"] == "train" else "inference",
-            "dtype": run["dtype"],
+            "dtype": _text(run["dtype"]),
             "extra_info": {
                 key: _text(run[key])
                 for key in ("mode", "size", "batch_size", "seq_len", "gen_len", "invocation_id", "run_id", "started_at")
@@ -56,7 +62,7 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
         }
         model = {
             "name": f"{run['workload']}/{run['size']}",
-            "type": run["suite"] or "",
+            "type": _text(run["suite"]),
             "backend": run["backend"],
             "origins": ["tpubench"],
             "extra_info": {"param_count": _text(run["param_count"])},
@@ -71,7 +77,7 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
             "extra_info": {"host_other_cpu_share": _text(run["host_other_cpu_share"])},
         }
         dependencies = {"torch": {"version": _text(run["torch_version"])}}
-        for name, version in (json.loads(run["backend_versions"]) if run.get("backend_versions") else {}).items():
+        for name, version in _json_map(run.get("backend_versions")).items():
             dependencies.setdefault(name, {"version": str(version)})
         dependencies["tpubench"] = {"version": _text(run["tpubench_version"]), "sha": _text(run["git_sha"])}
         metrics = [("step_ms", samples.get(run["run_id"]) or [run["median_step_ms"]])]
