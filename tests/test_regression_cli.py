@@ -160,6 +160,49 @@ def test_export_pytorch_benchmark_records(two_sides, tmp_path):
     assert bad.returncode == 2 and "unknown --format 'csv'" in bad.stderr
 
 
+def test_export_of_rows_without_tags_suite_or_versions_is_valid_json(two_sides, tmp_path):
+    """Rows whose JSON and text columns are null (written before those columns existed, or by
+    another writer) export as empty values, not a traceback or a NaN that is not JSON."""
+    bare = tmp_path / "results"
+    shutil.copytree(two_sides, bare)
+    for path in (bare / "runs").glob("date=*/*.parquet"):
+        table = pq.read_table(path)
+        for column in ("tags", "backend_versions", "suite"):
+            index = table.column_names.index(column)
+            table = table.set_column(index, column, pa.nulls(len(table), pa.string()))
+        pq.write_table(table, path)
+    out = tmp_path / "hud.json"
+    done = tpubench("export --results", str(bare), "--out", out)
+    assert done.returncode == 0, done.stderr
+
+    def no_nan(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    found = json.loads(out.read_text(), parse_constant=no_nan)
+    assert found and all(record["model"]["type"] == "" for record in found)
+    assert not any(key.startswith("tag.") for record in found for key in record["benchmark"]["extra_info"])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "compare --baseline tag.side=a --candidate tag.side=b",
+        "regressions",
+        "report --out {out}/report.html",
+        "export --out {out}/hud.json",
+        "ops",
+    ],
+)
+def test_commands_that_read_a_store_never_import_torch(two_sides, tmp_path, line):
+    """Reading results needs no torch (1.8 s to import here): these commands run, end to end,
+    without it (``-X importtime`` lists every module the process imported)."""
+    argv = [sys.executable, "-X", "importtime", "-m", "tpubench", *line.format(out=tmp_path).split()]
+    done = subprocess.run([*argv, "--results", str(two_sides)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")}
+    assert "tpubench.cli" in imported and "torch" not in imported
+
+
 def test_regressions_on_a_short_history_finds_nothing_and_says_so(two_sides):
     done = tpubench("regressions --since 2000-01-01 --results", str(two_sides))
     assert done.returncode == 0, done.stderr

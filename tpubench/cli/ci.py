@@ -34,8 +34,9 @@ import typer
 from tpubench import store
 from tpubench.analysis import compare
 from tpubench.backends import BACKENDS
-from tpubench.cli.common import BadInput, app, choose, console, key_values, pythons, select_workloads, writable_dir
+from tpubench.cli.common import BadInput, app, choose, console, key_values, writable_dir
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
+from tpubench.cli.planning import pythons, select_workloads
 from tpubench.cli.run import local_backends, suite_progress
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec

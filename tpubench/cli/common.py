@@ -7,7 +7,6 @@ Bad input (an unknown name, a nonsense number) raises :class:`BadInput`, which
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,8 +16,6 @@ from rich.console import Console
 from typer.exceptions import TyperException
 
 from tpubench import store
-from tpubench.backends import BACKENDS
-from workloads import Workload, registry, suites
 
 app = typer.Typer(
     add_completion=False,
@@ -61,18 +58,6 @@ def key_values(option: str, pairs: list[str] | None) -> dict[str, str]:
     return parsed
 
 
-def pythons(pairs: list[str] | None) -> dict[str, str]:
-    """``--python BACKEND=INTERPRETER`` pairs; the interpreter must exist and run."""
-    pythons = key_values("--python", pairs)
-    choose("backend", list(pythons), list(BACKENDS))
-    for backend, interpreter in pythons.items():
-        found = shutil.which(interpreter)
-        if found is None:
-            raise BadInput(f"--python {backend}={interpreter}: no such executable")
-        pythons[backend] = found
-    return pythons
-
-
 def int_list(option: str, text: str | None) -> list[int] | None:
     """``"1,8,32"`` as ``[1, 8, 32]`` (a sweep); anything but positive integers is a BadInput."""
     if text is None:
@@ -113,12 +98,3 @@ def writable_results(text: str) -> str | Path:
     except Exception as error:  # fsspec back ends raise their own types: a missing package, a denied bucket
         raise BadInput(f"--results {text}: cannot write there ({type(error).__name__}: {error})") from error
     return text
-
-
-def select_workloads(suite: str | None, names: list[str] | None) -> list[Workload]:
-    known, grouped = registry(), suites()
-    if suite is not None and suite not in grouped:
-        raise BadInput(f"unknown suite {suite!r}; valid: {', '.join(grouped)}")
-    pool = grouped[suite] if suite else list(known)
-    chosen = choose("workload", names, pool) or pool
-    return [known[name] for name in chosen]

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from tpubench import __version__
 from tpubench.backends import BACKENDS
-from tpubench.cli.common import BadInput, app, choose, console, pythons, select_workloads
+from tpubench.cli.common import BadInput, app, choose, console
+from tpubench.cli.planning import pythons, select_workloads
 from tpubench.fingerprint import git_sha, host_facts
 from tpubench.launchers import ray as ray_launcher
 from tpubench.runner import SuiteRunner

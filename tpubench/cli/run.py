@@ -24,11 +24,10 @@ from tpubench.cli.common import (
     console,
     int_list,
     key_values,
-    pythons,
-    select_workloads,
     writable_dir,
     writable_results,
 )
+from tpubench.cli.planning import pythons, select_workloads
 from tpubench.launchers import ray as ray_launcher
 from tpubench.runner import SuiteRunner, plan
 from tpubench.spec import DTYPES, RunSpec
