@@ -50,6 +50,29 @@ SUMMARY_COLUMNS = [
 ]
 
 
+#: the results table both renderers show: column -> heading
+RESULTS_HEADINGS = {
+    "config": "configuration",
+    "backend": "backend",
+    "device": "device",
+    "status": "status",
+    "runs": "runs",
+    "median_step_ms": "median ms",
+    "ci_low_step_ms": "CI low",
+    "ci_high_step_ms": "CI high",
+    "tokens_per_s": "tokens/s",
+    "mfu_pct": "MFU %",
+    "peak_mem_mib": "peak MiB",
+    "host_busy_runs": "host busy runs",
+}
+
+
+def results_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with the two columns the results table adds: the configuration's label
+    and MFU in percent."""
+    return summary.assign(config=config_label(summary), mfu_pct=summary["mfu"] * 100)
+
+
 @dataclass
 class Report:
     """Everything a report shows; each section a DataFrame (empty when it does not apply)."""

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from reports import Report, config_label
+from reports import RESULTS_HEADINGS, Report, config_label, results_table
 from reports.markdown import VERDICT_MARK
 from tpubench.analysis.compare import verdict_counts
 
@@ -165,27 +165,11 @@ def render(report: Report) -> str:
             )
         )
     parts.append("<h2>Results</h2>")
-    summary = report.summary.copy()
-    if not summary.empty:
-        summary["config"] = config_label(summary)
-        summary["mfu_pct"] = summary["mfu"] * 100
+    summary = report.summary
     parts.append(
         _table(
-            summary,
-            {
-                "config": "configuration",
-                "backend": "backend",
-                "device": "device",
-                "status": "status",
-                "runs": "runs",
-                "median_step_ms": "median ms",
-                "ci_low_step_ms": "CI low",
-                "ci_high_step_ms": "CI high",
-                "tokens_per_s": "tokens/s",
-                "mfu_pct": "MFU %",
-                "peak_mem_mib": "peak MiB",
-                "host_busy_runs": "host busy runs",
-            },
+            results_table(summary),
+            RESULTS_HEADINGS,
             text=("config", "backend", "device", "status"),
         )
         if not summary.empty

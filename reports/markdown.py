@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports import Report, config_label
+from reports import RESULTS_HEADINGS, Report, config_label, results_table
 from tpubench.analysis.compare import verdict_counts
 
 VERDICT_MARK = {"regressed": "🔴", "improved": "🟢", "inconclusive": "⚪", "unpaired": "·", "unchanged": ""}
@@ -79,28 +79,12 @@ def render(report: Report) -> str:
         verdict = "**Regressed**" if report.regressed else "**No regression**"
         parts.append(f"## Against the baseline\n\n{verdict} against {report.baseline or 'the baseline'}: ")
         parts[-1] += comparison_markdown(report.comparison)
-    summary = report.summary.copy()
-    if not summary.empty:
-        summary["config"] = config_label(summary)
-        summary["mfu_pct"] = summary["mfu"] * 100
+    if not report.summary.empty:
         parts.append(
             "## Results\n\n"
             + table(
-                summary,
-                {
-                    "config": "configuration",
-                    "backend": "backend",
-                    "device": "device",
-                    "status": "status",
-                    "runs": "runs",
-                    "median_step_ms": "median ms",
-                    "ci_low_step_ms": "CI low",
-                    "ci_high_step_ms": "CI high",
-                    "tokens_per_s": "tokens/s",
-                    "mfu_pct": "MFU %",
-                    "peak_mem_mib": "peak MiB",
-                    "host_busy_runs": "host busy",
-                },
+                results_table(report.summary),
+                RESULTS_HEADINGS,
                 {"tokens_per_s": 0, "peak_mem_mib": 0, "mfu_pct": 1},
             )
         )
