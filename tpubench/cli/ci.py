@@ -33,15 +33,13 @@ import typer
 
 from tpubench import store
 from tpubench.analysis import compare
-from tpubench.backends import BACKENDS
-from tpubench.cli.common import BadInput, app, choose, console, key_values, writable_dir
+from tpubench.cli.common import BadInput, app, console, key_values, writable_dir
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
-from tpubench.cli.planning import pythons, select_workloads
+from tpubench.cli.planning import choose_runs, plan_runs, pythons
 from tpubench.cli.run import local_backends, suite_progress
-from tpubench.runner import SuiteRunner, plan
+from tpubench.runner import SuiteRunner
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
-from workloads import GENERATION_MODES, MODES
 
 #: rounds of a night without a baseline to size it by (its runs then size the next night)
 FIRST_NIGHT_ROUNDS = 10
@@ -136,7 +134,9 @@ def ci_command(
     workload: Annotated[list[str] | None, typer.Option(help="Workload name; repeatable.")] = None,
     backend: Annotated[list[str] | None, typer.Option(help="Backend; repeatable (default: all available).")] = None,
     mode: Annotated[list[str] | None, typer.Option(help="Mode; repeatable (default: train, infer).")] = None,
-    size: Annotated[list[str] | None, typer.Option(help="Size name; repeatable (default: each workload's).")] = None,
+    size: Annotated[
+        list[str] | None, typer.Option(help="Size name(s), e.g. tiny or tiny,124m; repeatable (default: each one's).")
+    ] = None,
     dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
     rounds: Annotated[
         str,
@@ -158,12 +158,7 @@ def ci_command(
     prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour.")] = None,
 ) -> None:
     """The nightly job: run the suite, compare with the baseline, write the summary and report; exit 1 on regression."""
-    chosen_workloads = select_workloads(suite, workload)
-    chosen_backends = choose("backend", backend, list(BACKENDS))
-    chosen_modes = choose("mode", mode, list(MODES + GENERATION_MODES))
-    choose("dtype", [dtype], list(DTYPES))
-    all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
-    chosen_sizes = choose("size", size, all_sizes)
+    choice = choose_runs(suite, workload, backend, mode, size, dtype)
     settings = settings_from(threshold, statistic)
     fixed_rounds = parse_rounds(rounds)
     price_table = prices_from(prices)
@@ -172,25 +167,13 @@ def ci_command(
     if results_dir.exists() and any(results_dir.glob("runs/date=*/*.parquet")):
         raise BadInput(f"--out {out}: {results_dir} already holds runs; give the job an empty folder")
     base = load_baseline(baseline, results) if baseline else None
-    try:
-        specs = plan(
-            chosen_workloads,
-            sizes=chosen_sizes,
-            backends=chosen_backends or list(BACKENDS),
-            modes=chosen_modes,
-            dtype=dtype,
-            warmup=warmup,
-            steps=steps,
-            timeout_s=timeout,
-        )
-    except ValueError as error:
-        raise BadInput(str(error)) from error
+    specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
     runner = SuiteRunner(
         results_dir=results_dir, pythons=pythons(python), tags={"ci": "nightly", **key_values("--tag", tag)}
     )
-    if not chosen_backends:
+    if not choice.backends:
         available = local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
     if fixed_rounds is None:

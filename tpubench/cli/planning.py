@@ -10,10 +10,14 @@ never import this module, so they start without torch.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
+from typing import Any
 
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, choose, key_values
-from workloads import Workload, registry, suites
+from tpubench.runner import plan
+from tpubench.spec import DTYPES, RunSpec
+from workloads import GENERATION_MODES, MODES, Workload, registry, suites
 
 
 def pythons(pairs: list[str] | None) -> dict[str, str]:
@@ -35,3 +39,45 @@ def select_workloads(suite: str | None, names: list[str] | None) -> list[Workloa
     pool = grouped[suite] if suite else list(known)
     chosen = choose("workload", names, pool) or pool
     return [known[name] for name in chosen]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a planning command was asked to run, each name checked against its registry."""
+
+    workloads: list[Workload]
+    backends: list[str]  # empty: every backend (the caller keeps the available ones)
+    modes: list[str]
+    sizes: list[str]
+
+
+def choose_runs(
+    suite: str | None,
+    workloads: list[str] | None,
+    backends: list[str] | None,
+    modes: list[str] | None,
+    sizes: list[str] | None,
+    dtype: str,
+) -> Choice:
+    """The options ``run`` and ``ci`` share, checked; ``sizes`` items may be comma lists (a sweep)."""
+    chosen = select_workloads(suite, workloads)
+    chosen_backends = choose("backend", backends, list(BACKENDS))
+    chosen_modes = choose("mode", modes, list(MODES + GENERATION_MODES))
+    choose("dtype", [dtype], list(DTYPES))
+    all_sizes = list(dict.fromkeys(size for workload in chosen for size in workload.sizes))
+    chosen_sizes = choose("size", [s.strip() for item in sizes or [] for s in item.split(",")], all_sizes)
+    return Choice(workloads=chosen, backends=chosen_backends, modes=chosen_modes, sizes=chosen_sizes)
+
+
+def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
+    """:func:`tpubench.runner.plan` over ``choice``; a shape it refuses is bad input."""
+    try:
+        return plan(
+            choice.workloads,
+            sizes=choice.sizes,
+            backends=choice.backends or list(BACKENDS),
+            modes=choice.modes,
+            **options,
+        )
+    except ValueError as error:
+        raise BadInput(str(error)) from error

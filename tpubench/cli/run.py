@@ -27,12 +27,12 @@ from tpubench.cli.common import (
     writable_dir,
     writable_results,
 )
-from tpubench.cli.planning import pythons, select_workloads
+from tpubench.cli.planning import choose_runs, plan_runs, pythons
 from tpubench.launchers import ray as ray_launcher
-from tpubench.runner import SuiteRunner, plan
+from tpubench.runner import SuiteRunner
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR
-from workloads import GENERATION_MODES, MODES, Workload
+from workloads import Workload
 
 
 class ProgressObserver:
@@ -109,14 +109,9 @@ def run(
     ] = None,
 ) -> None:
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
-    chosen_workloads = select_workloads(suite, workload)
-    chosen_backends = choose("backend", backend, list(BACKENDS))
-    chosen_modes = choose("mode", mode, list(MODES + GENERATION_MODES))
-    choose("dtype", [dtype], list(DTYPES))
+    choice = choose_runs(suite, workload, backend, mode, size, dtype)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
-    all_sizes = list(dict.fromkeys(s for w in chosen_workloads for s in w.sizes))
-    chosen_sizes = choose("size", [s.strip() for item in size or [] for s in item.split(",")], all_sizes)
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
     if not results.strip():
@@ -127,30 +122,24 @@ def run(
     batch_sizes = int_list("--batch-size", batch_size)
     seq_lens = int_list("--prompt-len" if prompt_len else "--seq-len", prompt_len or seq_len)
     gen_lens = int_list("--gen-len", gen_len)
-    if gen_len is not None and "decode" not in chosen_modes:
+    if gen_len is not None and "decode" not in choice.modes:
         raise BadInput("--gen-len applies to decode runs only; add --mode decode")
-    try:
-        specs = plan(
-            chosen_workloads,
-            sizes=chosen_sizes,
-            backends=chosen_backends or list(BACKENDS),
-            modes=chosen_modes,
-            dtype=dtype,
-            batch_size=batch_sizes,
-            seq_len=seq_lens,
-            gen_len=gen_lens,
-            warmup=warmup,
-            steps=steps,
-            timeout_s=timeout,
-            profile_steps=profile_steps if profile else 0,
-            compile_cache=str(compile_cache) if compile_cache else None,
-            tpu_eager_mode=tpu_eager_mode,
-            verify=verify,
-        )
-    except ValueError as error:
-        raise BadInput(str(error)) from error
+    specs = plan_runs(
+        choice,
+        dtype=dtype,
+        batch_size=batch_sizes,
+        seq_len=seq_lens,
+        gen_len=gen_lens,
+        warmup=warmup,
+        steps=steps,
+        timeout_s=timeout,
+        profile_steps=profile_steps if profile else 0,
+        compile_cache=str(compile_cache) if compile_cache else None,
+        tpu_eager_mode=tpu_eager_mode,
+        verify=verify,
+    )
     out = Console(stderr=True) if as_json else console
-    for note in left_out(chosen_workloads, chosen_sizes, chosen_modes):
+    for note in left_out(choice.workloads, choice.sizes, choice.modes):
         out.print(note, markup=False, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
@@ -163,7 +152,7 @@ def run(
         except (RuntimeError, ConnectionError) as error:
             raise BadInput(f"--on ray: {error}") from error
     runner = SuiteRunner(results_dir=results_dir, pythons=pythons(python), tags=key_values("--tag", tag), resume=resume)
-    if not chosen_backends:  # by default, only what this machine (or the fleet) can run
+    if not choice.backends:  # by default, only what this machine (or the fleet) can run
         available = fleet_backends(python, ray_address) if on == "ray" else local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
     with suite_progress(runner, len(specs), out) as received:
