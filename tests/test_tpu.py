@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -145,6 +146,21 @@ def test_cpu_workers_are_untouched_by_an_installed_torch_tpu(
     ).stdout
     expected = {"autoload": "0", **json.loads(pristine), "has_torch_tpu_module": False, "tpu_compile_backend": False}
     assert report == expected
+
+
+def test_a_ray_worker_importing_the_launcher_does_not_load_torch_tpu() -> None:
+    """A Ray worker process plays the parent's part for its runs: it imports the launcher
+    (and torch, through the runner) in an environment Ray gave it, where autoload is not
+    turned off. Importing tpubench.launchers turns it off first, so no TPU plugin loads
+    there and takes the chip from the run's own worker."""
+    code = (
+        "import os, sys, tpubench.launchers.ray; "
+        "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'], 'torch' in sys.modules, 'torch_tpu' in sys.modules)"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["0", "True", "False"]
 
 
 PRISTINE = (

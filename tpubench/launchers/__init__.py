@@ -3,3 +3,12 @@
 The local loop is :meth:`tpubench.runner.SuiteRunner.run`; every launcher measures through
 the same :class:`tpubench.runner.Executor`, so a run is the same measurement wherever it runs.
 """
+
+import os
+
+# A launcher's processes play the parent's part (a Ray worker probes and starts the run's
+# worker), so an installed TPU plugin must not autoload into them, which would take the
+# chip from the run's own worker. Set here, before tpubench.launchers.ray imports torch,
+# rather than in a Ray runtime_env: a task with a runtime_env cannot use Ray's ordinary
+# worker processes and waits for dedicated ones.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")

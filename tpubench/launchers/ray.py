@@ -90,8 +90,6 @@ def servable(options: dict[str, Any], nodes: list[dict[str, float]]) -> bool:
 
 #: the Ray worker process's probes, by (interpreter, backend): a node's answer does not change
 _PROBES: dict[tuple[str, str], dict[str, Any]] = {}
-#: Ray worker processes play the parent's part: like the CLI, no TPU plugin autoloads into them
-TASK_ENV = {"env_vars": {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}}
 
 
 #: a task forwards a run's step-by-step progress at most this often (phase changes always)
@@ -193,7 +191,7 @@ def probe_fleet(backends: list[str], pythons: dict[str, str], address: str | Non
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(max_retries=0, runtime_env=TASK_ENV)(probe_node)
+    task = ray.remote(max_retries=0)(probe_node)
     kinds: dict[str, list[dict[str, Any]]] = {}
     for node in ray.nodes():
         if node.get("Alive"):
@@ -239,7 +237,7 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
     may come from different hosts (the ``host`` and ``ray_node_id`` columns say which).
     """
     ray = connect(address)
-    task = ray.remote(max_retries=0, retry_exceptions=False, runtime_env=TASK_ENV, num_returns="streaming")(run_on_node)
+    task = ray.remote(max_retries=0, retry_exceptions=False, num_returns="streaming")(run_on_node)
     nodes = node_resources(ray)
     pending: dict[Any, RunSpec] = {}  # each run's stream of events and answer
     rows: list[dict[str, Any]] = []
