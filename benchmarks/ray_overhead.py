@@ -98,7 +98,12 @@ def throughput(nodes: int) -> float:
 
 
 def main() -> None:
-    if "--inside" not in sys.argv:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved local/ray pairs")
+    parser.add_argument("--orchestration-only", action="store_true", help="skip the scheduling throughput")
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)  # the re-run in the namespace
+    args = parser.parse_args()  # before the re-run, so a mistyped option fails here and at once
+    if not args.inside:
         if os.geteuid() != 0:
             sys.exit("needs root for a loopback-only network namespace (unshare -n)")
         arguments = " ".join(shlex.quote(argument) for argument in sys.argv[1:])
@@ -111,10 +116,6 @@ def main() -> None:
         TPUBENCH_TEST_SLOW_S="10",
         PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
     )
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3, help="interleaved local/ray pairs")
-    parser.add_argument("--orchestration-only", action="store_true", help="skip the scheduling throughput")
-    args, _ = parser.parse_known_args()  # --inside is this script's own
     print(f"cpu count {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
     orchestration(args.repeat)
     if args.orchestration_only:
