@@ -272,3 +272,20 @@ def test_env_reads_at_80_columns() -> None:
     lines = [line for raw in screen.splitlines() for line in raw.split("\r")]
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert "…" not in screen and "cpu-compile" in screen and "tpu-compile" in screen
+
+
+@pytest.mark.parametrize(
+    ("argv", "on_ray"),
+    [
+        (["tpubench", "run", "--on", "ray"], True),
+        (["tpubench", "run", "--on=ray", "--workload", "gpt2"], True),
+        (["tpubench", "run", "--on", "local"], False),
+        (["tpubench", "run", "--workload", "ray"], False),
+    ],
+)
+def test_only_a_local_run_prestarts_a_fork_server_in_the_cli(argv: list[str], on_ray: bool) -> None:
+    """With --on ray the nodes' actors start their own fork servers; one in the driver would
+    only take a core from its start-up (and from the actors, on a one-host cluster)."""
+    from tpubench import console
+
+    assert console._on_ray(argv) is on_ray

@@ -148,19 +148,22 @@ def test_cpu_workers_are_untouched_by_an_installed_torch_tpu(
     assert report == expected
 
 
-def test_a_ray_worker_importing_the_launcher_does_not_load_torch_tpu() -> None:
-    """A Ray worker process plays the parent's part for its runs: it imports the launcher
-    (and torch, through the runner) in an environment Ray gave it, where autoload is not
-    turned off. Importing tpubench.launchers turns it off first, so no TPU plugin loads
-    there and takes the chip from the run's own worker."""
+def test_a_ray_actor_imports_no_torch_until_it_measures_and_never_torch_tpu() -> None:
+    """A Ray actor plays the parent's part for its runs, in an environment Ray gave it, where
+    autoload is not turned off. Its module imports no torch, so its fork server's boot starts
+    first; when it measures it imports the runner (and torch), and importing
+    tpubench.launchers has turned autoload off by then, so no TPU plugin loads there and takes
+    the chip from the run's own worker."""
     code = (
-        "import os, sys, tpubench.launchers.ray; "
+        "import os, sys, tpubench.launchers.ray_actor; "
+        "print('torch' in sys.modules); "
+        "import tpubench.runner; "
         "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'], 'torch' in sys.modules, 'torch_tpu' in sys.modules)"
     )
     env = {key: value for key, value in os.environ.items() if key != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["0", "True", "False"]
+    assert result.stdout.split() == ["False", "0", "True", "False"]
 
 
 PRISTINE = (

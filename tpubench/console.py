@@ -7,6 +7,7 @@ autoload into it: the variable has to be set before anything imports torch.
 import atexit
 import contextlib
 import faulthandler
+import itertools
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ WORKER_COMMANDS = ("run", "env", "ci")
 def main() -> None:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where a stuck tpubench is
-    if len(sys.argv) > 1 and sys.argv[1] in WORKER_COMMANDS:
+    if len(sys.argv) > 1 and sys.argv[1] in WORKER_COMMANDS and not _on_ray(sys.argv):
         from tpubench.process import prestart
 
         prestart()  # the zygote imports torch on one core while the CLI imports on the other
@@ -31,6 +32,12 @@ def main() -> None:
     else:
         code = 0
     _exit(code)
+
+
+def _on_ray(argv: list[str]) -> bool:
+    """Whether the runs go to a Ray cluster (``--on ray``), whose nodes start their own fork
+    servers: one here would only take a core from the driver's start-up."""
+    return "--on=ray" in argv or any(a == "--on" and b == "ray" for a, b in itertools.pairwise(argv))
 
 
 def _exit(code: int | str | None) -> None:

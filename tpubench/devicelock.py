@@ -9,7 +9,7 @@ lock dies with the process that holds it, so a killed suite never leaves a devic
 Lock files live in ``TPUBENCH_LOCK_DIR`` (default ``~/.cache/tpubench/locks``); they are
 kept between runs, like any lock file, and hold the pid of the current holder.
 
-A process that holds a device may take its lock again (a Ray task holds it across its probe
+A process that holds a device may take its lock again (a Ray actor holds it across its probe
 and its run, and the run's executor takes it too): the inner ``with`` waits for nothing.
 """
 

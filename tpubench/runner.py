@@ -154,8 +154,8 @@ def wait_reporter(on_event: Callable[[dict[str, Any]], None]) -> Callable[[str],
 @dataclass
 class Executor:
     """Runs one spec on the machine it is called on: the device lock, the isolated worker,
-    --verify, and the trace's upload to object storage. The local runner and Ray tasks
-    (:mod:`tpubench.launchers.ray`) both measure through it, so a fleet run is the same
+    --verify, and the trace's upload to object storage. The local runner and the Ray actors
+    (:mod:`tpubench.launchers.ray_actor`) both measure through it, so a fleet run is the same
     measurement as a local one."""
 
     results: str

@@ -1,48 +1,42 @@
-"""``--on ray``: one Ray task per run, each on a node with the accelerator its backend needs.
+"""``--on ray``: each run on a node with the accelerator its backend needs, one actor per device.
 
 Ray already schedules work onto TPU chips and GPUs, so tpubench does not grow a scheduler
-of its own. Each run spec becomes a task that asks for its device (``resources={"TPU": 1}``
-for TorchTPU and XLA-on-TPU backends, ``num_gpus=1`` for CUDA, one CPU otherwise); on the
-node Ray picks, the task probes its interpreter and measures through the same
-:class:`~tpubench.runner.Executor` as a local run: the same isolated worker process, timeout,
-crash classification, device lock and ``--python`` mapping. Ray sets ``TPU_VISIBLE_CHIPS``
-or ``CUDA_VISIBLE_DEVICES`` for the task, which pins the worker (and names its lock).
+of its own. For each device kind a suite needs, the driver starts actors
+(:class:`~tpubench.launchers.ray_actor.DeviceWorker`) that ask Ray for that device:
+``resources={"TPU": 1}`` for TorchTPU and XLA-on-TPU backends, ``num_gpus=1`` for CUDA,
+one CPU otherwise; one actor per chip or GPU the cluster offers, and one per host for the
+CPU. Ray places them and sets ``TPU_VISIBLE_CHIPS`` or ``CUDA_VISIBLE_DEVICES`` for each,
+which pins its workers (and names their lock), so no two runs share a chip. Each run is
+one call on an idle actor of its kind: the actor probes its interpreter once and measures
+through the same :class:`~tpubench.runner.Executor` as a local run (the same isolated
+worker process, timeout, crash classification, device lock and ``--python`` mapping),
+forking its workers from one fork server for the whole invocation, as a local run does.
 
 Rows come back to the driver, which writes the invocation's files as a local run does;
-the workers' phase events (build, compile, warm-up, measure) come back live on each task's
-own return stream (a streaming generator task), so the progress display follows the runs
-as it does locally. Tasks are never retried (``max_retries=0``): a retried measurement
-would mix with a first try. A backend that no node can serve gives ``unavailable`` rows at
-once instead of tasks that wait for ever, and so do queued runs that only a node that has
-since died could serve; a task whose node dies gives a ``crashed`` row.
+the workers' phase events (build, compile, warm-up, measure) come back live on each call's
+own return stream (a streaming generator), so the progress display follows the runs as it
+does locally. Nothing is retried (``max_restarts=0``, ``max_task_retries=0``): a retried
+measurement would mix with a first try. A backend that no node can serve gives
+``unavailable`` rows at once instead of runs that wait for ever, and so do queued runs
+that only a node that has since died could serve; a run whose node dies gives a
+``crashed`` row.
 """
 
 from __future__ import annotations
 
 import os
-import queue
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tpubench import devicelock
 from tpubench.backends import get_backend
-from tpubench.process import worker_env
-from tpubench.runner import (
-    Executor,
-    SuiteRunner,
-    facts_for,
-    lock_name,
-    probe,
-    python_for,
-    row_for,
-    wait_reporter,
-)
+from tpubench.launchers.ray_actor import DeviceWorker
+from tpubench.runner import SuiteRunner, facts_for, python_for, row_for
 from tpubench.spec import RunSpec
 
-#: what a task of each device kind asks Ray for, besides one CPU
+#: what an actor of each device kind asks Ray for, besides one CPU
 DEVICE_RESOURCES: dict[str, dict[str, Any]] = {
     "cpu": {},
     "cuda": {"num_gpus": 1},
@@ -68,101 +62,33 @@ def connect(address: str | None) -> Any:
     return ray
 
 
+def kind_requirements(kind: str) -> dict[str, Any]:
+    """What an actor of device ``kind`` asks Ray for."""
+    return {"num_cpus": 1, **DEVICE_RESOURCES[kind]}
+
+
 def requirements(backend: str) -> dict[str, Any]:
-    """The Ray task options for a run of ``backend``."""
-    return {"num_cpus": 1, **DEVICE_RESOURCES[get_backend(backend).device_kind]}
+    """What a run of ``backend`` needs of a node: its device kind's actor options."""
+    return kind_requirements(get_backend(backend).device_kind)
 
 
-def node_resources(ray: Any) -> list[dict[str, float]]:
-    """Each alive node's total resources."""
-    return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-
-
-def servable(options: dict[str, Any], nodes: list[dict[str, float]]) -> bool:
-    """Whether some node alone offers everything ``options`` asks for."""
+def _wanted(options: dict[str, Any]) -> dict[str, float]:
+    """Ray options as the resource amounts a node must offer: ``{"CPU": 1, "TPU": 1}``."""
     wanted = {"CPU": options.get("num_cpus", 0)}
     for key, value in options.items():
         if key in RESOURCE_NAMES:
             wanted[RESOURCE_NAMES[key]] = value
-    wanted |= options.get("resources", {})
+    return wanted | options.get("resources", {})
+
+
+def servable(options: dict[str, Any], nodes: list[dict[str, float]]) -> bool:
+    """Whether some node alone offers everything ``options`` asks for."""
+    wanted = _wanted(options)
     return any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes)
 
 
-#: the Ray worker process's probes, by (interpreter, backend): a node's answer does not change
-_PROBES: dict[tuple[str, str], dict[str, Any]] = {}
-
-
-#: a task forwards a run's step-by-step progress at most this often (phase changes always)
-EVENT_INTERVAL_S = 0.25
-#: how often the driver looks up, between items of the tasks' streams, whether the nodes changed
+#: how often the driver looks up, between items of the actors' streams, whether the nodes changed
 POLL_S = 0.25
-
-
-def thinned(emit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
-    """The worker's event callback inside a task: phase changes always, step updates a few
-    times a second (the display needs no more, and every event crosses the network)."""
-    last: dict[str, Any] = {"phase": None, "at": 0.0}
-
-    def forward(event: dict[str, Any]) -> None:
-        now = time.monotonic()
-        if event.get("phase") == last["phase"] and now - last["at"] < EVENT_INTERVAL_S:
-            return
-        last.update(phase=event.get("phase"), at=now)
-        emit(event)
-
-    return forward
-
-
-def run_on_node(spec_json: dict[str, Any], results: str, pythons: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """The Ray task, a streaming generator: ``{"event": ...}`` items while the run goes, then one
-    ``{"answer": ...}``. Events ride on the task's own return stream, so no extra process (a
-    queue actor cost about 3 s per invocation here) carries them. The measurement runs in a
-    thread so that this generator can hand its events over while it runs."""
-    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    outcome: dict[str, Any] = {}
-
-    def measure() -> None:
-        try:
-            outcome["answer"] = _measure(spec_json, results, pythons, thinned(events.put))
-        except BaseException as error:  # re-raised below, in the task's own thread
-            outcome["error"] = error
-        finally:
-            events.put(None)
-
-    thread = threading.Thread(target=measure, name="tpubench-measure", daemon=True)
-    thread.start()
-    while (event := events.get()) is not None:
-        yield {"event": event}
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    yield {"answer": outcome["answer"]}
-
-
-def _measure(
-    spec_json: dict[str, Any], results: str, pythons: dict[str, str], forward: Callable[[dict[str, Any]], None]
-) -> dict[str, Any]:
-    """Probe this node's interpreter for the backend, then measure like a local run.
-
-    The device lock is held from before the probe: a probe boots the task's fork server
-    (an import of torch), which on a host where another task is measuring would take the
-    CPU from that measurement.
-    """
-    import ray
-
-    spec = RunSpec.from_json(spec_json)
-    backend = get_backend(spec.backend)
-    lock = lock_name(backend.device_kind, worker_env(backend.worker_env))  # the one Executor.run takes
-    with devicelock.hold(lock, wait_reporter(forward)) as waited:
-        key = (python_for(pythons, spec.backend), spec.backend)
-        if key not in _PROBES:
-            _PROBES[key] = probe(key[0], [spec.backend])
-        probed = _PROBES[key]
-        result = Executor(results, pythons).run(spec, probed["backends"][spec.backend], forward)
-    if "device_wait_s" in result:  # measured: the wait for the device came before the probe
-        result["device_wait_s"] = waited
-    result["ray_node_id"] = ray.get_runtime_context().get_node_id()
-    return {"result": result, "fact": facts_for(probed, spec.backend)}
 
 
 def probe_node(backends: list[str], pythons: dict[str, str]) -> dict[str, Any]:
@@ -208,12 +134,14 @@ def probe_fleet(backends: list[str], pythons: dict[str, str], address: str | Non
     ]
 
 
-def _lost(spec: RunSpec, error: BaseException) -> dict[str, Any]:
-    """Row fields for a task that produced nothing: its node died, or Ray gave up on it."""
+def _lost(spec: RunSpec, error: BaseException, node_died: bool) -> dict[str, Any]:
+    """Row fields for a run that produced nothing: its node died, or Ray gave up on it."""
     now = datetime.now(UTC)
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    where = "its node died: " if node_died else ""
     return {
         "status": "crashed",
-        "error": f"Ray task lost: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
+        "error": f"Ray task lost: {where}{type(error).__name__}: {first_line}",
         "started_at": now,
         "finished_at": now,
     }
@@ -230,86 +158,203 @@ def _unservable(spec: RunSpec, options: dict[str, Any], since: str = "") -> dict
     }
 
 
+@dataclass
+class Pool:
+    """One device kind's actors (starting, idle, busy) and the runs still waiting for one."""
+
+    kind: str
+    queue: deque[RunSpec] = field(default_factory=deque)
+    starting: dict[Any, Any] = field(default_factory=dict)  # the actor's node_id() call -> actor
+    idle: list[tuple[Any, str]] = field(default_factory=list)  # (actor, node id)
+    busy: dict[Any, tuple[Any, str, RunSpec]] = field(default_factory=dict)  # stream -> (actor, node id, run)
+
+    def actors(self) -> list[Any]:
+        return [*self.starting.values(), *(a for a, _ in self.idle), *(a for a, _, _ in self.busy.values())]
+
+
+def placements(kind: str, nodes: list[dict[str, Any]], wanted: int) -> list[Any]:
+    """Where ``wanted`` actors of ``kind`` go: one per host for the CPU (the host's CPU lock
+    lets only one run measure there at a time, so a second actor would only wait), one per
+    chip or GPU the cluster offers otherwise, left to Ray to place."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    options = kind_requirements(kind)
+    if kind == "cpu":
+        hosts = [node["NodeID"] for node in nodes if servable(options, [node["Resources"]])]
+        return [NodeAffinitySchedulingStrategy(host, soft=False) for host in hosts[:wanted]]
+    units = sum(capacity(options, node["Resources"]) for node in nodes)
+    return ["DEFAULT"] * min(units, wanted)
+
+
+def capacity(options: dict[str, Any], resources: dict[str, float]) -> int:
+    """How many actors asking ``options`` fit on a node with ``resources``."""
+    wanted = _wanted(options)
+    return int(min((resources.get(name, 0) // amount for name, amount in wanted.items() if amount), default=0))
+
+
+class FleetRun:
+    """The driver's side of one ``--on ray`` invocation: queues each device kind's runs,
+    starts that kind's actors, hands each idle actor the next run, and turns what comes
+    back (events, answers, lost actors, dead nodes) into rows."""
+
+    def __init__(self, ray: Any, runner: SuiteRunner):
+        self.ray, self.runner = ray, runner
+        self.worker = ray.remote(max_restarts=0, max_task_retries=0)(DeviceWorker)
+        self.nodes = alive_nodes(ray)
+        self.pools: dict[str, Pool] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
+
+    def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+        resources = [node["Resources"] for node in self.nodes]
+        for index, spec in enumerate(specs):
+            self.runner.observer.on_start(index, len(specs), spec)
+            options = requirements(spec.backend)
+            if not servable(options, resources):
+                self.ready.append((spec, _unservable(spec, options), None))
+                continue
+            kind = get_backend(spec.backend).device_kind
+            self.pools.setdefault(kind, Pool(kind)).queue.append(spec)
+        try:
+            for pool in self.pools.values():
+                self.start_actors(pool)
+            self.loop()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
+            self.runner.interrupted = True
+            for pool in self.pools.values():
+                pool.queue.clear()
+                for stream in list(pool.busy):
+                    while stream in pool.busy and self.ray.wait([stream], timeout=0)[0]:
+                        self.take(pool, stream)
+            self.write_ready()
+        finally:
+            for pool in self.pools.values():  # a killed actor's fork server kills its runs' workers
+                for actor in pool.actors():
+                    self.ray.kill(actor)
+        return self.rows
+
+    def loop(self) -> None:
+        known = [node["NodeID"] for node in self.nodes]
+        while True:
+            self.write_ready()
+            waiting = {ref: pool for pool in self.pools.values() for ref in [*pool.starting, *pool.busy]}
+            if not waiting:
+                return
+            done, _ = self.ray.wait(list(waiting), num_returns=1, timeout=POLL_S)
+            if done:
+                pool, ref = waiting[done[0]], done[0]
+                if ref in pool.starting:
+                    self.started(pool, ref)
+                else:
+                    self.take(pool, ref)
+                continue
+            self.nodes = alive_nodes(self.ray)
+            if [node["NodeID"] for node in self.nodes] != known:
+                known = [node["NodeID"] for node in self.nodes]
+                for pool in self.pools.values():
+                    self.after_node_change(pool)
+
+    def start_actors(self, pool: Pool) -> None:
+        """Actors for ``pool``'s queue, or ``unavailable`` rows if no alive node can serve it."""
+        self.nodes = alive_nodes(self.ray)  # after a death, not the nodes of before
+        if not servable(kind_requirements(pool.kind), [node["Resources"] for node in self.nodes]):
+            while pool.queue:
+                spec = pool.queue.popleft()
+                since = " any more: the nodes that did have died"
+                self.ready.append((spec, _unservable(spec, requirements(spec.backend), since), None))
+            return
+        first = get_backend(pool.queue[0].backend)
+        results, pythons = str(self.runner.results_dir), self.runner.pythons
+        prestart = (python_for(pythons, first.name), first.worker_env) if first.forkable else None
+        for strategy in placements(pool.kind, self.nodes, len(pool.queue)):
+            options = {**kind_requirements(pool.kind), "scheduling_strategy": strategy}
+            actor = self.worker.options(**options).remote(results, pythons, prestart)
+            pool.starting[actor.node_id.remote()] = actor
+
+    def started(self, pool: Pool, ref: Any) -> None:
+        actor = pool.starting.pop(ref)
+        try:
+            pool.idle.append((actor, self.ray.get(ref)))
+        except self.ray.exceptions.RayError:  # it died before it started (its node went): drop it
+            self.refill(pool)
+            return
+        self.dispatch(pool)
+
+    def dispatch(self, pool: Pool) -> None:
+        """The next runs to the idle actors; a drained pool lets its actors go, so that their
+        resources serve the kinds still waiting."""
+        while pool.idle and pool.queue:
+            actor, node = pool.idle.pop()
+            spec = pool.queue.popleft()
+            pool.busy[actor.measure.remote(spec.to_json())] = (actor, node, spec)
+        if not pool.queue:
+            for actor in [*pool.starting.values(), *(a for a, _ in pool.idle)]:
+                self.ray.kill(actor)
+            pool.starting.clear()
+            pool.idle.clear()
+
+    def refill(self, pool: Pool) -> None:
+        """New actors for a pool that has runs waiting but no actor left (they died)."""
+        if pool.queue and not (pool.starting or pool.idle or pool.busy):
+            self.start_actors(pool)
+
+    def take(self, pool: Pool, stream: Any) -> None:
+        """The next item of a stream ``ray.wait`` found ready: an event, the answer, or the error."""
+        actor, node, spec = pool.busy[stream]
+        try:
+            item = self.ray.get(next(stream))
+        except StopIteration:
+            item = {"error": RuntimeError("the actor's call ended without a result")}
+        except self.ray.exceptions.RayError as error:
+            item = {"error": error}
+        if "event" in item:
+            self.runner.observer.on_event(spec, item["event"])
+            return
+        del pool.busy[stream]
+        if "answer" in item:
+            self.ready.append((spec, item["answer"]["result"], item["answer"]["fact"]))
+            pool.idle.append((actor, node))
+        else:
+            error = item["error"]
+            node_died = node not in {n["NodeID"] for n in alive_nodes(self.ray)}
+            self.ready.append((spec, _lost(spec, error, node_died), None))
+            if not isinstance(error, self.ray.exceptions.RayActorError):
+                pool.idle.append((actor, node))  # the call failed, the actor did not
+        self.dispatch(pool)
+        self.refill(pool)
+
+    def after_node_change(self, pool: Pool) -> None:
+        """Idle actors on nodes that died go; a queue no alive node can serve any more gets
+        ``unavailable`` rows, where Ray would wait for ever."""
+        alive = {node["NodeID"] for node in self.nodes}
+        pool.idle = [(actor, node) for actor, node in pool.idle if node in alive]
+        if pool.queue and not servable(kind_requirements(pool.kind), [n["Resources"] for n in self.nodes]):
+            for actor in pool.starting.values():
+                self.ray.kill(actor)
+            pool.starting.clear()
+            self.start_actors(pool)  # no node can serve it: its queue becomes unavailable rows
+        self.refill(pool)
+
+    def write_ready(self) -> None:
+        while self.ready:
+            spec, result, fact = self.ready.pop(0)
+            if fact is None:  # decided in the driver: the driver's own facts describe the row
+                fact = facts_for(self.runner.probe_all([spec.backend])[spec.backend], spec.backend)
+            row, steps, ops = row_for(spec, self.runner.invocation_id, self.runner.tags, fact, result)
+            self.runner.write(row, steps, ops)
+            self.rows.append(row)
+            self.runner.observer.on_finish(spec, row)
+
+
+def alive_nodes(ray: Any) -> list[dict[str, Any]]:
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
 def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = None) -> list[dict[str, Any]]:
-    """Run ``specs`` as Ray tasks and write each row as it arrives; returns the rows.
+    """Run ``specs`` on the Ray cluster, one actor per device they need, and write each row
+    as it arrives; returns the rows.
 
     The fingerprint of each row is the one its node's probe gave, so rows of one invocation
     may come from different hosts (the ``host`` and ``ray_node_id`` columns say which).
     """
-    ray = connect(address)
-    task = ray.remote(max_retries=0, retry_exceptions=False, num_returns="streaming")(run_on_node)
-    nodes = node_resources(ray)
-    pending: dict[Any, RunSpec] = {}  # each run's stream of events and answer
-    rows: list[dict[str, Any]] = []
-    ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
-    for index, spec in enumerate(specs):
-        options = requirements(spec.backend)
-        runner.observer.on_start(index, len(specs), spec)
-        if not servable(options, nodes):
-            ready.append((spec, _unservable(spec, options), None))
-            continue
-        pending[task.options(**options).remote(spec.to_json(), str(runner.results_dir), runner.pythons)] = spec
-
-    def write_ready() -> None:
-        while ready:
-            spec, result, fact = ready.pop(0)
-            if fact is None:  # decided in the driver: the driver's own facts describe the row
-                fact = facts_for(runner.probe_all([spec.backend])[spec.backend], spec.backend)
-            row, steps, ops = row_for(spec, runner.invocation_id, runner.tags, fact, result)
-            runner.write(row, steps, ops)
-            rows.append(row)
-            runner.observer.on_finish(spec, row)
-
-    def take(stream: Any) -> None:
-        """The next item of a stream ``ray.wait`` found ready: an event, the answer, or the error."""
-        spec = pending[stream]
-        try:
-            item = ray.get(next(stream))
-        except StopIteration:
-            item = {"error": RuntimeError("the task ended without a result")}
-        except ray.exceptions.RayError as error:
-            item = {"error": error}
-        if "event" in item:
-            runner.observer.on_event(spec, item["event"])
-            return
-        del pending[stream]
-        if "error" in item:
-            ready.append((spec, _lost(spec, item["error"]), None))
-        else:
-            ready.append((spec, item["answer"]["result"], item["answer"]["fact"]))
-
-    try:
-        while ready or pending:
-            write_ready()
-            if not pending:
-                break
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-            if done:
-                take(done[0])
-                continue
-            current = node_resources(ray)
-            if current != nodes:
-                ready += _stranded(ray, pending, current)
-                nodes = current
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
-        runner.interrupted = True
-        for stream in list(pending):
-            while stream in pending and ray.wait([stream], timeout=0)[0]:
-                take(stream)
-        for stream in pending:
-            ray.cancel(stream, force=True)
-        write_ready()
-    return rows
-
-
-def _stranded(ray: Any, pending: dict[Any, RunSpec], nodes: list[dict[str, float]]) -> list[tuple]:
-    """Runs that none of ``nodes`` (the alive ones) can serve any more, since the nodes that could
-    have died: cancelled, with ``unavailable`` rows, instead of tasks Ray would wait on for ever."""
-    stranded = []
-    for ref, spec in list(pending.items()):
-        options = requirements(spec.backend)
-        if not servable(options, nodes):
-            ray.cancel(ref, force=True)
-            del pending[ref]
-            stranded.append((spec, _unservable(spec, options, " any more: the nodes that did have died"), None))
-    return stranded
+    return FleetRun(connect(address), runner).run(specs)

@@ -1,0 +1,114 @@
+"""The Ray actor of ``--on ray``: one process per device of a node, measuring its runs in turn.
+
+Kept apart from :mod:`tpubench.launchers.ray` (the driver's side) so that an actor's
+process imports nothing heavy before its constructor runs: the constructor starts the fork
+server first, whose ``import torch`` then overlaps this process's own.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tpubench.process import worker_env
+from tpubench.spec import RunSpec
+from tpubench.zygote import zygote_for
+
+#: an actor forwards a run's step-by-step progress at most this often (phase changes always)
+EVENT_INTERVAL_S = 0.25
+
+
+def thinned(emit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """The worker's event callback inside an actor: phase changes always, step updates a few
+    times a second (the display needs no more, and every event crosses the network)."""
+    last: dict[str, Any] = {"phase": None, "at": 0.0}
+
+    def forward(event: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if event.get("phase") == last["phase"] and now - last["at"] < EVENT_INTERVAL_S:
+            return
+        last.update(phase=event.get("phase"), at=now)
+        emit(event)
+
+    return forward
+
+
+class DeviceWorker:
+    """A Ray actor that owns one device of one node, a chip, a GPU or the host's CPU, and
+    measures the runs it is given there in turn, through the same :class:`Executor` as a
+    local run.
+
+    One process per device, not one per run: each process keeps its probe and its fork
+    server (the one-off ``import torch`` a worker forks from) for all the runs of the
+    invocation, as the local runner does. One task per run had every Ray worker process
+    boot a fork server of its own, and those boots, serialised by the device lock, cost a
+    tiny suite seconds on a one-node cluster. Ray still does the placement: the actor asks
+    for the device's resources, Ray sets ``TPU_VISIBLE_CHIPS`` or ``CUDA_VISIBLE_DEVICES``
+    for its process, and no two actors share a chip.
+    """
+
+    def __init__(self, results: str, pythons: dict[str, str], prestart: tuple[str, dict[str, str]] | None):
+        """``prestart``: the interpreter and worker environment of the first run this actor will
+        get, whose fork server boots at once, before this process imports torch itself."""
+        if prestart:
+            zygote_for(prestart[0], worker_env(prestart[1]))
+        self.results, self.pythons = results, pythons
+        self.probes: dict[tuple[str, str], dict[str, Any]] = {}  # (interpreter, backend): a node's answer is fixed
+
+    def node_id(self) -> str:
+        """Where Ray placed this actor; answering it also says the actor has started."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def measure(self, spec_json: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """A streaming generator: ``{"event": ...}`` items while the run goes, then one
+        ``{"answer": ...}``. Events ride on the call's own return stream, so no extra process
+        carries them; the measurement runs in a thread so that the generator can hand its
+        events over while it runs."""
+        events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        outcome: dict[str, Any] = {}
+
+        def measure() -> None:
+            try:
+                outcome["answer"] = self._measure(RunSpec.from_json(spec_json), thinned(events.put))
+            except BaseException as error:  # re-raised below, in the call's own thread
+                outcome["error"] = error
+            finally:
+                events.put(None)
+
+        thread = threading.Thread(target=measure, name="tpubench-measure", daemon=True)
+        thread.start()
+        while (event := events.get()) is not None:
+            yield {"event": event}
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        yield {"answer": outcome["answer"]}
+
+    def _measure(self, spec: RunSpec, forward: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Probe this node's interpreter for the backend (once), then measure like a local run.
+
+        The device lock is held from before the probe: a first probe may boot a fork server
+        (an import of torch), which on a host where another run is measuring would take the
+        CPU from that measurement.
+        """
+        from tpubench import devicelock
+        from tpubench.backends import get_backend
+        from tpubench.runner import Executor, facts_for, lock_name, probe, python_for, wait_reporter
+
+        backend = get_backend(spec.backend)
+        lock = lock_name(backend.device_kind, worker_env(backend.worker_env))  # the one Executor.run takes
+        with devicelock.hold(lock, wait_reporter(forward)) as waited:
+            key = (python_for(self.pythons, spec.backend), spec.backend)
+            if key not in self.probes:
+                self.probes[key] = probe(key[0], [spec.backend])
+            probed = self.probes[key]
+            result = Executor(self.results, self.pythons).run(spec, probed["backends"][spec.backend], forward)
+        if "device_wait_s" in result:  # measured: the wait for the device came before the probe
+            result["device_wait_s"] = waited
+        result["ray_node_id"] = self.node_id()
+        return {"result": result, "fact": facts_for(probed, spec.backend)}
