@@ -19,7 +19,7 @@ It prints the false-alarm rate, the detection rate per slowdown, the smallest sl
 detected in at least 95% of pairs, the host load before and after, and the share of CPU
 other processes took during the runs (``host_other_cpu_share``).
 
-    python benchmarks/regression_calibration.py [--pairs 20] [--rounds 50] [--steps 40] [--out DIR]
+    python benchmarks/regression_calibration.py [--pairs 20] [--rounds 50] [--steps 40] [--threads 1] [--out DIR]
     python benchmarks/regression_calibration.py --analyse DIR     # the figures of an earlier run
 """
 
@@ -197,12 +197,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--analyse", type=Path, help="only analyse the runs an earlier call kept here")
     parser.add_argument("--statistics", default="median,min", help="per-run statistics to evaluate")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="intra-op threads of each run (OMP_NUM_THREADS), as the nightly's CPU leg pins them; "
+        "default: the environment's (torch then uses every core)",
+    )
     args = parser.parse_args()
+    if args.threads:  # before the first run starts the fork server, whose torch reads it once
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     if args.analyse:
         out = args.analyse
     else:
         out = args.out or Path(tempfile.mkdtemp(prefix="tpubench-calibration-"))
-        print(f"load before: {loadavg()}  ({os.cpu_count()} CPUs); runs in {out}", flush=True)
+        threads = os.environ.get("OMP_NUM_THREADS", "every core")
+        print(f"load before: {loadavg()}  ({os.cpu_count()} CPUs, threads: {threads}); runs in {out}", flush=True)
         collect(out, args.pairs, args.rounds, args.steps, args.seed, [int(x) for x in args.slowdowns.split(",")])
         print(f"load after: {loadavg()}", flush=True)
     for statistic in args.statistics.split(","):

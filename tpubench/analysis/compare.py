@@ -22,8 +22,10 @@ one process. The unit of replication is therefore the *run*, and a verdict needs
 A change that passes 2 but not 1 or 3 is ``inconclusive`` (more runs would tell), never a
 regression. Each row also gives the smallest change its runs could detect reliably
 (``detectable_pct``: 95% power at ``alpha`` for the measured between-run spread), so a
-report says when a night had too few runs to see a 10% slowdown. Status, new
-recompilations and new CPU-fallback ops regress whatever the numbers say.
+report says when a night had too few runs to see a 10% slowdown; it comes from replaying
+the verdict on draws from the runs' own statistics (:func:`simulated_power`), because a
+shared host's per-run statistics are not normal. Status, new recompilations and new
+CPU-fallback ops regress whatever the numbers say.
 """
 
 from __future__ import annotations
@@ -312,6 +314,13 @@ def between_run_sd(base_runs: list[np.ndarray], test_runs: list[np.ndarray], qua
     return _mad_sd(*(np.log(_run_statistics(side, quantile)) for side in (base_runs, test_runs)))
 
 
+def _residuals(base_runs: list[np.ndarray], test_runs: list[np.ndarray], quantile: float) -> np.ndarray:
+    """Both sides' per-run statistics, each side divided by its own median: the between-run
+    noise of the two, with whatever change lies between them taken out."""
+    sides = (_run_statistics(side, quantile) for side in (base_runs, test_runs))
+    return np.concatenate([side / np.median(side) for side in sides])
+
+
 def _mad_sd(*groups: np.ndarray) -> float:
     """A robust sd: the median absolute deviation of each group about its own median, pooled,
     scaled to a normal sd."""
@@ -319,34 +328,81 @@ def _mad_sd(*groups: np.ndarray) -> float:
     return float(np.median(deviations) / stats.norm.ppf(0.75))
 
 
-def _power_z(alpha: float, power: float) -> float:
-    """Standard errors between no change and a change detected with ``power`` at two-sided
-    level ``alpha`` (normal approximation, which the rank test over runs is within a few
-    percent of)."""
-    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+#: simulated nights per power estimate: a 95% power is then known to about ±1%
+SIMULATIONS = 400
 
 
-def detectable_change(sd: float, n_base: int, n_test: int, alpha: float, power: float) -> float:
-    """The smallest relative change that ``n_base`` vs ``n_test`` runs with between-run spread
-    ``sd`` detect with probability ``power`` at two-sided level ``alpha``."""
-    return math.exp(_power_z(alpha, power) * sd * math.sqrt(1 / n_base + 1 / n_test)) - 1
+def simulated_power(
+    noise: np.ndarray, n_base: int, n_test: int, change: float, settings: Settings, threshold: float
+) -> float:
+    """The share of simulated comparisons that call a ``change`` (0.10: 10% slower) a
+    regression: ``n_base`` and ``n_test`` per-run statistics drawn from ``noise`` (measured
+    per-run statistics, or their residuals), the test side ``change`` slower, judged like a
+    verdict (the rank test over runs at ``settings.alpha`` and the ratio beyond ``threshold``).
+
+    Why simulate rather than use a normal model: the per-run statistics of a shared host are
+    not normal. Calibration found them in several modes (per-run minima clustered at 2.9, 3.4
+    and 4.6 ms), which a robust sd sees as a spread of 6% and the rank test as far more: the
+    normal model said 10 runs per side catch a 10% slowdown, and 10 caught it in 8 pairs of
+    20. Drawing from the measured values themselves predicted the calibration's detection
+    rates within a few pairs at every size (README "Calibration").
+    """
+    rng = np.random.default_rng(settings.seed)
+    base = _smoothed_draws(noise, (SIMULATIONS, n_base), rng)
+    test = _smoothed_draws(noise, (SIMULATIONS, n_test), rng) * (1 + change)
+    p_values = stats.mannwhitneyu(test, base, axis=1, method="auto").pvalue  # as the verdict does
+    ratios = np.median(test, axis=1) / np.median(base, axis=1)
+    return float(np.mean((p_values < settings.alpha) & (ratios > 1 + threshold)))
 
 
-def runs_needed(spread: float, baseline_runs: int, change: float, settings: Settings) -> int | None:
-    """Candidate runs that detect a ``change`` (0.10: 10% slower) against ``baseline_runs`` runs whose
-    per-run statistic varies by ``spread`` (sd of its log), with ``settings.power`` at
-    ``settings.alpha``: the inverse of :func:`detectable_change`, at least ``settings.min_runs``.
-    None when no number can (the baseline's own runs are too few for that spread)."""
-    z = _power_z(settings.alpha, settings.power)
-    room = (math.log1p(change) / (z * max(spread, 1e-9))) ** 2 - 1 / baseline_runs
-    return None if room <= 0 else max(settings.min_runs, math.ceil(1 / room))
+def _smoothed_draws(values: np.ndarray, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """A smoothed bootstrap: ``values`` drawn with replacement, each times a little log-normal
+    jitter (Silverman's bandwidth), so that draws do not tie where real runs would not, which
+    would weaken the rank test on a handful of runs."""
+    logs = np.log(values)
+    spread = min(np.std(logs), stats.iqr(logs) / 1.349) if logs.size > 1 else 0.0
+    bandwidth = 0.9 * spread * logs.size ** (-1 / 5)
+    return np.exp(rng.choice(logs, size=shape) + bandwidth * rng.standard_normal(shape))
+
+
+def detectable_change(noise: np.ndarray, n_base: int, n_test: int, settings: Settings, threshold: float) -> float:
+    """The smallest relative change that ``n_base`` vs ``n_test`` runs whose per-run statistics
+    vary like ``noise`` detect with probability ``settings.power`` (:func:`simulated_power`);
+    1.0 when not even a doubling is."""
+    if simulated_power(noise, n_base, n_test, 1.0, settings, threshold) < settings.power:
+        return 1.0
+    low, high = threshold, 1.0  # nothing under the threshold is ever a verdict
+    while high - low > 0.0025:
+        middle = (low + high) / 2
+        if simulated_power(noise, n_base, n_test, middle, settings, threshold) >= settings.power:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def runs_needed(noise: np.ndarray, change: float, settings: Settings, threshold: float, most: int) -> int | None:
+    """Candidate runs that detect a ``change`` (0.10: 10% slower) with ``settings.power``
+    against a baseline whose ok runs had the per-run statistics ``noise``
+    (:func:`simulated_power`): at least ``settings.min_runs``; None when ``most`` are not enough."""
+    if simulated_power(noise, noise.size, most, change, settings, threshold) < settings.power:
+        return None
+    low, high = settings.min_runs, most
+    while low < high:
+        middle = (low + high) // 2
+        if simulated_power(noise, noise.size, middle, change, settings, threshold) >= settings.power:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     """Per configuration (:data:`PAIR_KEYS`, backend, device) of ``runs``: its ok runs with measured
-    steps (``runs``) and their between-run spread (``spread``: sd of the log per-run statistic,
-    from the median absolute deviation; NaN under three runs). What ``tpubench ci --rounds auto``
-    sizes a night by: the noise model of each series, from its last green night."""
+    steps (``runs``), their between-run spread (``spread``: sd of the log per-run statistic, from
+    the median absolute deviation; NaN under three runs) and the per-run statistics themselves
+    (``statistics``). What ``tpubench ci --rounds auto`` sizes a night by: the noise model of
+    each series, from its last green night."""
     keys = [*PAIR_KEYS, *SIDE_KEYS]
     measured = steps[steps["phase"] == "measure"].groupby("run_id")["step_ms"]
     statistic = measured.quantile(settings.quantile).rename("statistic")
@@ -355,8 +411,11 @@ def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings)
     for key, group in ok.groupby(keys, dropna=False, sort=True):
         logs = np.log(group["statistic"].to_numpy(dtype=float))
         spread = _mad_sd(logs) if logs.size >= 3 else math.nan
-        rows.append({**dict(zip(keys, key, strict=True)), "runs": len(group), "spread": spread})
-    return pd.DataFrame(rows, columns=[*keys, "runs", "spread"])
+        statistics = group["statistic"].to_numpy(dtype=float)
+        rows.append(
+            {**dict(zip(keys, key, strict=True)), "runs": len(group), "spread": spread, "statistics": statistics}
+        )
+    return pd.DataFrame(rows, columns=[*keys, "runs", "spread", "statistics"])
 
 
 def _worse(metric: Metric, ratio: float) -> bool:
@@ -406,7 +465,11 @@ def sampled_verdict(
         p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
     sd = between_run_sd(base_runs, test_runs, q)
     detectable = (
-        None if sd is None else detectable_change(sd, len(base_runs), len(test_runs), settings.alpha, settings.power)
+        None
+        if sd is None
+        else detectable_change(
+            _residuals(base_runs, test_runs, q), len(base_runs), len(test_runs), settings, metric.threshold
+        )
     )
     found.update(
         base_value=base_value,

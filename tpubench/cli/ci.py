@@ -10,7 +10,8 @@ and only repeated runs measure it.
 
 How many: ``--rounds auto`` (the default) sizes the night from the baseline's own runs, a
 noise model per series: as many rounds as its noisiest configuration needs to catch a 10%
-slowdown 95% of the time (:func:`tpubench.analysis.compare.runs_needed`). A quiet
+slowdown 95% of the time, found by replaying comparisons drawn from that configuration's
+own per-run statistics (:func:`tpubench.analysis.compare.runs_needed`). A quiet
 accelerator runner needs the minimum of 5; this shared 2-core host about 50.
 
 The baseline is checked before anything runs: a missing, empty or corrupt baseline is an
@@ -91,19 +92,16 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     spreads = spreads[tonight].dropna(subset=["spread"])
     if spreads.empty:
         return FIRST_NIGHT_ROUNDS, "the baseline has no configuration of tonight's with 3 ok runs"
-    needed = [
-        compare.runs_needed(row.spread, row.runs, compare.DETECT, settings) for row in spreads.itertuples(index=False)
-    ]
+    threshold = settings.metric(compare.METRICS[0]).threshold  # step time's
+    needed = [compare.runs_needed(noise, compare.DETECT, settings, threshold, most) for noise in spreads["statistics"]]
     index = max(range(len(needed)), key=lambda i: needed[i] or math.inf)  # None: no number of rounds is enough
     worst = spreads.iloc[index]
     label = f"{worst['workload']}/{worst['size']} {worst['backend']} {worst['mode']}"
     detect = f"a {100 * compare.DETECT:g}% slowdown"
-    if needed[index] is not None and needed[index] <= most:
-        return needed[index], f"{label}'s baseline runs vary ±{100 * worst['spread']:.0f}%: enough to catch {detect}"
-    return most, (
-        f"{label}'s {worst['runs']} baseline runs vary ±{100 * worst['spread']:.0f}%: "
-        f"{most} rounds cannot catch {detect} reliably against them (the report says what they can)"
-    )
+    varies = f"{label}'s {worst['runs']} baseline runs vary ±{100 * worst['spread']:.0f}%"
+    if needed[index] is not None:
+        return needed[index], f"{varies}: enough to catch {detect} in {100 * settings.power:g}% of simulated nights"
+    return most, f"{varies}: {most} rounds cannot catch {detect} reliably against them (the report says what they can)"
 
 
 def parse_rounds(text: str) -> int | None:
