@@ -148,22 +148,22 @@ def test_cpu_workers_are_untouched_by_an_installed_torch_tpu(
     assert report == expected
 
 
-def test_a_ray_actor_imports_no_torch_until_it_measures_and_never_torch_tpu() -> None:
+def test_a_ray_actor_never_imports_torch_and_turns_plugin_autoload_off() -> None:
     """A Ray actor plays the parent's part for its runs, in an environment Ray gave it, where
-    autoload is not turned off. Its module imports no torch, so its fork server's boot starts
-    first; when it measures it imports the runner (and torch), and importing
-    tpubench.launchers has turned autoload off by then, so no TPU plugin loads there and takes
-    the chip from the run's own worker."""
+    autoload is not turned off. What it runs of tpubench (the runner, the backends' declarations)
+    imports no torch, so its fork server's boot has the CPU to itself and no TPU plugin can load
+    in the actor and take the chip from a run's own worker; importing tpubench.launchers also
+    turns autoload off, for whatever else the process imports."""
     code = (
-        "import os, sys, tpubench.launchers.ray_actor; "
-        "print('torch' in sys.modules); "
-        "import tpubench.runner; "
+        "import os, sys, tpubench.launchers.ray_actor, tpubench.runner; "
+        "from tpubench.backends import get_backend; "
+        "[get_backend(name).worker_env for name in ('cpu', 'cuda', 'tpu', 'xla')]; "
         "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'], 'torch' in sys.modules, 'torch_tpu' in sys.modules)"
     )
     env = {key: value for key, value in os.environ.items() if key != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["False", "0", "True", "False"]
+    assert result.stdout.split() == ["0", "False", "False"]
 
 
 PRISTINE = (

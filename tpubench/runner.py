@@ -19,14 +19,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import product
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tpubench import devicelock, store, verify
+from tpubench import devicelock, store
 from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.spec import KEY_FIELDS, RunSpec
-from workloads import MODES, Workload, get_workload
+
+if TYPE_CHECKING:
+    from workloads import Workload
 
 PROBE_TIMEOUT_S = 180.0
 
@@ -75,6 +77,8 @@ def plan(
     lengths only apply to decode). ``settings`` are the remaining :class:`RunSpec` fields.
     A prompt plus generation beyond a model's context is a ValueError.
     """
+    from workloads import MODES, get_workload  # the registry imports torch: only planning needs it
+
     specs = []
     for workload in (get_workload(w) if isinstance(w, str) else w for w in workloads):
         for size, backend, mode in product(sizes or [workload.default_size], backends, modes or MODES):
@@ -208,6 +212,10 @@ class Executor:
 
     def _verify(self, spec: RunSpec) -> dict[str, Any]:
         """Compare ``spec``'s outputs with the CPU float32 reference, each computed in its own worker."""
+        import torch  # only --verify reads tensors in the parent
+
+        from tpubench import verify
+
         reference = replace(
             spec,
             backend=verify.REFERENCE_BACKEND,
@@ -217,8 +225,6 @@ class Executor:
             profile_steps=0,
             compile_cache=None,
         )
-        import torch  # only --verify reads tensors in the parent
-
         found = {}
         with tempfile.TemporaryDirectory(prefix="tpubench-verify-") as scratch:
             for role, run in (("reference", reference), ("candidate", spec)):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import platform
 import resource
+from typing import TYPE_CHECKING
 
 import psutil
-import torch
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
+
+if TYPE_CHECKING:
+    import torch
 
 
 def cpu_model() -> str:
@@ -30,9 +33,13 @@ class CpuBackend(Backend):
     description = "PyTorch eager on the host CPU"
 
     def availability(self) -> Availability:
+        import torch
+
         return Availability(True, device_name=cpu_model(), device_count=1, versions={"torch": torch.__version__})
 
     def device(self) -> torch.device:
+        import torch
+
         return torch.device("cpu")
 
     def compile_count(self) -> int | None:
@@ -50,6 +57,8 @@ class CpuBackend(Backend):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def extra_metrics(self) -> dict[str, object]:
+        import torch
+
         return {"num_threads": torch.get_num_threads()}
 
 

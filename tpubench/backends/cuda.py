@@ -6,15 +6,20 @@ between the events, read after a synchronisation.
 
 from __future__ import annotations
 
-import torch
-from torch.profiler import ProfilerActivity
+from typing import TYPE_CHECKING
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, StepTimer
 
+if TYPE_CHECKING:
+    import torch
+    from torch.profiler import ProfilerActivity
+
 
 class CudaEventTimer(StepTimer):
     def __init__(self) -> None:
+        import torch
+
         super().__init__(torch.cuda.synchronize)
         self._begin = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
@@ -25,7 +30,7 @@ class CudaEventTimer(StepTimer):
 
     def stop(self) -> float:
         self._end.record()
-        torch.cuda.synchronize()
+        self._synchronize()  # torch.cuda.synchronize, bound before the timed region
         return float(self._begin.elapsed_time(self._end))
 
 
@@ -35,6 +40,8 @@ class CudaBackend(Backend):
     description = "PyTorch eager on an NVIDIA GPU"
 
     def availability(self) -> Availability:
+        import torch
+
         if not torch.cuda.is_available():
             reason = "torch built without CUDA" if torch.version.cuda is None else "no CUDA device"
             return Availability(False, reason)
@@ -50,31 +57,45 @@ class CudaBackend(Backend):
         )
 
     def device(self) -> torch.device:
+        import torch
+
         return torch.device("cuda", 0)
 
     def synchronize(self) -> None:
+        import torch
+
         torch.cuda.synchronize()
 
     def timer(self) -> StepTimer:
         return CudaEventTimer()
 
     def profiler_activities(self) -> list[ProfilerActivity]:
+        from torch.profiler import ProfilerActivity
+
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
     def compile_count(self) -> int | None:
         return 0
 
     def memory_capacity_bytes(self) -> int:
+        import torch
+
         free, _total = torch.cuda.mem_get_info()
         return free
 
     def reset_peak_memory(self) -> None:
+        import torch
+
         torch.cuda.reset_peak_memory_stats()
 
     def peak_memory_bytes(self) -> int:
+        import torch
+
         return torch.cuda.max_memory_allocated()
 
     def extra_metrics(self) -> dict[str, object]:
+        import torch
+
         return {"float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 

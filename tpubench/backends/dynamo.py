@@ -16,11 +16,12 @@ import atexit
 import os
 import shutil
 import tempfile
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from tpubench.spec import RunSpec
+
+if TYPE_CHECKING:
+    import torch
 
 
 def compile_count() -> int:
@@ -69,6 +70,8 @@ def cache_counters() -> dict[str, int]:
 
 def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
     """Compile with static shapes: a benchmark's shapes never change, so neither should graphs."""
+    import torch
+
     return torch.compile(model, backend=backend, dynamic=False)
 
 

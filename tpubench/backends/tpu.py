@@ -30,15 +30,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from tpubench import TpubenchWarning, peaks
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.spec import RunSpec
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 #: PCI device id -> chip, as TorchTPU's hardware table has it (devices per chip: tpubench.peaks)
@@ -273,6 +274,8 @@ def _version(package: str) -> str | None:
 
 def tpu_cache_stats() -> dict[str, int] | None:
     """TorchTPU's compile-cache counters, or None (with a warning) where this version lacks them."""
+    import torch
+
     reader = getattr(getattr(torch, "tpu", None), "_get_cache_stats", None)
     if reader is None:
         warnings.warn(
@@ -309,6 +312,8 @@ class TpuBackend(Backend):
         return run_when_chip_free(groups, start, on_wait)
 
     def availability(self) -> Availability:
+        import torch
+
         if importlib.util.find_spec("torch_tpu") is None:
             return Availability(False, f"torch_tpu not installed for {sys.executable}")
         # from package metadata, chip or not, so `tpubench env` shows what is installed
@@ -327,13 +332,19 @@ class TpuBackend(Backend):
         os.environ.update(compile_cache_env(spec.compile_cache))
 
     def device(self) -> torch.device:
+        import torch
+
         return torch.device("tpu")
 
     def prepare(self, model: nn.Module) -> nn.Module:
+        import torch
+
         torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, self.eager_mode.upper())
         return model
 
     def synchronize(self) -> None:
+        import torch
+
         torch.accelerator.synchronize()
 
     def compile_count(self) -> int | None:
@@ -341,14 +352,20 @@ class TpuBackend(Backend):
         return None if stats is None else stats["num_compilations"]
 
     def memory_capacity_bytes(self) -> int | None:
+        import torch
+
         get_info = getattr(torch.accelerator, "get_memory_info", None)
         return None if get_info is None else free_memory_bytes(get_info())
 
     def reset_peak_memory(self) -> None:
+        import torch
+
         torch.accelerator.reset_peak_memory_stats()
 
     def peak_memory_bytes(self) -> int | None:
         """The allocator's peak; None for 0, which TorchTPU reports when it has no stats (a run allocates)."""
+        import torch
+
         return int(torch.accelerator.max_memory_allocated()) or None
 
     def extra_metrics(self) -> dict[str, Any]:

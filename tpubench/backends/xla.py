@@ -16,10 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
@@ -33,6 +30,10 @@ from tpubench.backends.tpu import (
     tpu_pci_devices,
 )
 from tpubench.spec import RunSpec
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 #: metrics counters reported per run, and the columns they become
 CACHE_COUNTERS = {
@@ -80,6 +81,8 @@ class XlaBackend(Backend):
         return run_when_chip_free(groups, start, on_wait)
 
     def availability(self) -> Availability:
+        import torch
+
         try:
             import torch_xla
             import torch_xla.core.xla_model as xm

@@ -1,23 +1,27 @@
 """The input checks of the commands that plan runs (``run``, ``ci``, ``env``, ``list``):
 workloads, suites, backends and their interpreters.
 
-They live apart from :mod:`tpubench.cli.common` because they need the workload and backend
-registries, which import torch (1.8 s here): the commands that only read a store
-(``compare``, ``report``, ``regressions``, ``export``, ``ops``, ``trace``, ``dashboard``)
-never import this module, so they start without torch.
+They live apart from :mod:`tpubench.cli.common` because they need the workload registry,
+which imports torch (1.8 s here): the commands that only read a store (``compare``,
+``report``, ``regressions``, ``export``, ``ops``, ``trace``, ``dashboard``) never import
+this module, so they start without torch. Here too the registry is imported only when a
+workload is chosen, so that ``run --on ray`` can start the cluster's actors first (the
+backend registry imports no torch).
 """
 
 from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, choose, key_values
 from tpubench.runner import plan
 from tpubench.spec import DTYPES, RunSpec
-from workloads import GENERATION_MODES, MODES, Workload, registry, suites
+
+if TYPE_CHECKING:
+    from workloads import Workload
 
 
 def pythons(pairs: list[str] | None) -> dict[str, str]:
@@ -33,6 +37,8 @@ def pythons(pairs: list[str] | None) -> dict[str, str]:
 
 
 def select_workloads(suite: str | None, names: list[str] | None) -> list[Workload]:
+    from workloads import registry, suites
+
     known, grouped = registry(), suites()
     if suite is not None and suite not in grouped:
         raise BadInput(f"unknown suite {suite!r}; valid: {', '.join(grouped)}")
@@ -60,6 +66,8 @@ def choose_runs(
     dtype: str,
 ) -> Choice:
     """The options ``run`` and ``ci`` share, checked; ``sizes`` items may be comma lists (a sweep)."""
+    from workloads import GENERATION_MODES, MODES
+
     chosen = select_workloads(suite, workloads)
     chosen_backends = choose("backend", backends, list(BACKENDS))
     chosen_modes = choose("mode", modes, list(MODES + GENERATION_MODES))

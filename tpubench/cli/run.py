@@ -7,7 +7,7 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,7 +32,9 @@ from tpubench.launchers import ray as ray_launcher
 from tpubench.runner import SuiteRunner
 from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import DEFAULT_RESULTS_DIR
-from workloads import Workload
+
+if TYPE_CHECKING:
+    from workloads import Workload
 
 
 class ProgressObserver:
@@ -109,14 +111,16 @@ def run(
     ] = None,
 ) -> None:
     """Run workloads on backends, each run in its own worker, and store the results as parquet."""
+    if not results.strip():
+        raise BadInput("--results needs a directory")
+    results_dir = writable_results(results)
+    interpreters = pythons(python)
+    fleet = join_fleet(on, resume, backend, interpreters, ray_address, str(results_dir))
     choice = choose_runs(suite, workload, backend, mode, size, dtype)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
-    if not results.strip():
-        raise BadInput("--results needs a directory")
-    results_dir = writable_results(results)
     if seq_len is not None and prompt_len is not None:
         raise BadInput("--seq-len and --prompt-len are the same setting; give one")
     batch_sizes = int_list("--batch-size", batch_size)
@@ -143,20 +147,12 @@ def run(
         out.print(note, markup=False, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
-    choose("launcher (--on)", [on], list(LAUNCHERS))
-    if on == "ray" and resume:
-        raise BadInput("--resume is not supported with --on ray: each node's fingerprint is known only once it runs")
-    if on == "ray":
-        try:
-            ray_launcher.connect(ray_address)
-        except (RuntimeError, ConnectionError) as error:
-            raise BadInput(f"--on ray: {error}") from error
-    runner = SuiteRunner(results_dir=results_dir, pythons=pythons(python), tags=key_values("--tag", tag), resume=resume)
+    runner = SuiteRunner(results_dir=results_dir, pythons=interpreters, tags=key_values("--tag", tag), resume=resume)
     if not choice.backends:  # by default, only what this machine (or the fleet) can run
-        available = fleet_backends(python, ray_address) if on == "ray" else local_backends(runner)
+        available = fleet_backends(python, ray_address) if fleet else local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
     with suite_progress(runner, len(specs), out) as received:
-        rows = runner.run(specs) if on == "local" else ray_launcher.run(runner, specs, ray_address)
+        rows = fleet.run(runner, specs) if fleet else runner.run(specs)
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
     if runner.resumed:
@@ -174,6 +170,27 @@ def run(
 
 
 LAUNCHERS = ("local", "ray")
+
+
+def join_fleet(
+    on: str, resume: bool, backends: list[str] | None, interpreters: dict[str, str], address: str | None, results: str
+) -> ray_launcher.FleetRun | None:
+    """For ``--on ray``: join the cluster and start the actors that the named backends' runs
+    will need, before the workload registry (and torch) is imported and the runs planned, so
+    that the actors' fork servers boot meanwhile, as a local run's boots while the CLI imports.
+    None for a local run."""
+    choose("launcher (--on)", [on], list(LAUNCHERS))
+    if on == "local":
+        return None
+    if resume:
+        raise BadInput("--resume is not supported with --on ray: each node's fingerprint is known only once it runs")
+    named = choose("backend", backends, list(BACKENDS))
+    try:
+        fleet = ray_launcher.FleetRun(ray_launcher.connect(address), results, interpreters)
+    except (RuntimeError, ConnectionError) as error:
+        raise BadInput(f"--on ray: {error}") from error
+    fleet.warm(named)
+    return fleet
 
 
 def local_backends(runner: SuiteRunner) -> set[str]:

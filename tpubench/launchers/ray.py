@@ -172,10 +172,10 @@ class Pool:
         return [*self.starting.values(), *(a for a, _ in self.idle), *(a for a, _, _ in self.busy.values())]
 
 
-def placements(kind: str, nodes: list[dict[str, Any]], wanted: int) -> list[Any]:
-    """Where ``wanted`` actors of ``kind`` go: one per host for the CPU (the host's CPU lock
-    lets only one run measure there at a time, so a second actor would only wait), one per
-    chip or GPU the cluster offers otherwise, left to Ray to place."""
+def placements(kind: str, nodes: list[dict[str, Any]], wanted: int | None) -> list[Any]:
+    """Where the actors of ``kind`` go (``wanted`` at most; None: no limit): one per host for
+    the CPU (the host's CPU lock lets only one run measure there at a time, so a second actor
+    would only wait), one per chip or GPU the cluster offers otherwise, left to Ray to place."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     options = kind_requirements(kind)
@@ -183,7 +183,7 @@ def placements(kind: str, nodes: list[dict[str, Any]], wanted: int) -> list[Any]
         hosts = [node["NodeID"] for node in nodes if servable(options, [node["Resources"]])]
         return [NodeAffinitySchedulingStrategy(host, soft=False) for host in hosts[:wanted]]
     units = sum(capacity(options, node["Resources"]) for node in nodes)
-    return ["DEFAULT"] * min(units, wanted)
+    return ["DEFAULT"] * (units if wanted is None else min(units, wanted))
 
 
 def capacity(options: dict[str, Any], resources: dict[str, float]) -> int:
@@ -197,18 +197,30 @@ class FleetRun:
     starts that kind's actors, hands each idle actor the next run, and turns what comes
     back (events, answers, lost actors, dead nodes) into rows."""
 
-    def __init__(self, ray: Any, runner: SuiteRunner):
-        self.ray, self.runner = ray, runner
+    def __init__(self, ray: Any, results: str, pythons: dict[str, str]):
+        self.ray, self.results, self.pythons = ray, results, pythons
         self.worker = ray.remote(max_restarts=0, max_task_retries=0)(DeviceWorker)
         self.nodes = alive_nodes(ray)
         self.pools: dict[str, Pool] = {}
         self.rows: list[dict[str, Any]] = []
         self.ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
+        self.runner: SuiteRunner | None = None
 
-    def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+    def warm(self, backends: Sequence[str]) -> None:
+        """Start the actors the runs of ``backends`` will need, before those runs are planned:
+        an actor's fork server (its ``import torch``) then boots while the driver still imports
+        and plans, as a local run's does. A kind that gets no run lets its actors go."""
+        for name in backends:
+            kind = get_backend(name).device_kind
+            if kind not in self.pools:
+                self.pools[kind] = pool = Pool(kind)
+                self.start_actors(pool, name, wanted=None)
+
+    def run(self, runner: SuiteRunner, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+        self.runner = runner
         resources = [node["Resources"] for node in self.nodes]
         for index, spec in enumerate(specs):
-            self.runner.observer.on_start(index, len(specs), spec)
+            runner.observer.on_start(index, len(specs), spec)
             options = requirements(spec.backend)
             if not servable(options, resources):
                 self.ready.append((spec, _unservable(spec, options), None))
@@ -217,19 +229,21 @@ class FleetRun:
             self.pools.setdefault(kind, Pool(kind)).queue.append(spec)
         try:
             for pool in self.pools.values():
-                self.start_actors(pool)
+                if not pool.actors() and pool.queue:
+                    self.start_actors(pool, pool.queue[0].backend, wanted=len(pool.queue))
+                self.dispatch(pool)  # a warmed kind that got no runs lets its actors go here
             self.loop()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
-            self.runner.interrupted = True
+            runner.interrupted = True
             for pool in self.pools.values():
                 pool.queue.clear()
                 for stream in list(pool.busy):
                     while stream in pool.busy and self.ray.wait([stream], timeout=0)[0]:
                         self.take(pool, stream)
             self.write_ready()
-        finally:
-            for pool in self.pools.values():  # a killed actor's fork server kills its runs' workers
-                for actor in pool.actors():
+        finally:  # runs still going (Ctrl-C): a killed actor's fork server kills their workers
+            for pool in self.pools.values():
+                for actor, _, _ in pool.busy.values():
                     self.ray.kill(actor)
         return self.rows
 
@@ -254,8 +268,10 @@ class FleetRun:
                 for pool in self.pools.values():
                     self.after_node_change(pool)
 
-    def start_actors(self, pool: Pool) -> None:
-        """Actors for ``pool``'s queue, or ``unavailable`` rows if no alive node can serve it."""
+    def start_actors(self, pool: Pool, first: str, wanted: int | None) -> None:
+        """Actors for ``pool`` (``wanted`` of them at most; None: as many as the cluster offers),
+        their fork servers booted for backend ``first``; or ``unavailable`` rows for its queue
+        if no alive node can serve it."""
         self.nodes = alive_nodes(self.ray)  # after a death, not the nodes of before
         if not servable(kind_requirements(pool.kind), [node["Resources"] for node in self.nodes]):
             while pool.queue:
@@ -263,12 +279,11 @@ class FleetRun:
                 since = " any more: the nodes that did have died"
                 self.ready.append((spec, _unservable(spec, requirements(spec.backend), since), None))
             return
-        first = get_backend(pool.queue[0].backend)
-        results, pythons = str(self.runner.results_dir), self.runner.pythons
-        prestart = (python_for(pythons, first.name), first.worker_env) if first.forkable else None
-        for strategy in placements(pool.kind, self.nodes, len(pool.queue)):
+        backend = get_backend(first)
+        prestart = (python_for(self.pythons, first), backend.worker_env) if backend.forkable else None
+        for strategy in placements(pool.kind, self.nodes, wanted):
             options = {**kind_requirements(pool.kind), "scheduling_strategy": strategy}
-            actor = self.worker.options(**options).remote(results, pythons, prestart)
+            actor = self.worker.options(**options).remote(self.results, self.pythons, prestart)
             pool.starting[actor.node_id.remote()] = actor
 
     def started(self, pool: Pool, ref: Any) -> None:
@@ -281,13 +296,14 @@ class FleetRun:
         self.dispatch(pool)
 
     def dispatch(self, pool: Pool) -> None:
-        """The next runs to the idle actors; a drained pool lets its actors go, so that their
-        resources serve the kinds still waiting."""
+        """The next runs to the idle actors; a drained pool lets its actors go while other kinds
+        still wait, so that their resources serve those. The last ones end with the driver's
+        Ray job (killing them here would add a quarter of a second to every invocation's exit)."""
         while pool.idle and pool.queue:
             actor, node = pool.idle.pop()
             spec = pool.queue.popleft()
             pool.busy[actor.measure.remote(spec.to_json())] = (actor, node, spec)
-        if not pool.queue:
+        if not pool.queue and any(other.queue for other in self.pools.values()):
             for actor in [*pool.starting.values(), *(a for a, _ in pool.idle)]:
                 self.ray.kill(actor)
             pool.starting.clear()
@@ -295,8 +311,8 @@ class FleetRun:
 
     def refill(self, pool: Pool) -> None:
         """New actors for a pool that has runs waiting but no actor left (they died)."""
-        if pool.queue and not (pool.starting or pool.idle or pool.busy):
-            self.start_actors(pool)
+        if pool.queue and not pool.actors():
+            self.start_actors(pool, pool.queue[0].backend, wanted=len(pool.queue))
 
     def take(self, pool: Pool, stream: Any) -> None:
         """The next item of a stream ``ray.wait`` found ready: an event, the answer, or the error."""
@@ -332,10 +348,11 @@ class FleetRun:
             for actor in pool.starting.values():
                 self.ray.kill(actor)
             pool.starting.clear()
-            self.start_actors(pool)  # no node can serve it: its queue becomes unavailable rows
+            self.start_actors(pool, pool.queue[0].backend, wanted=None)  # no node can: unavailable rows
         self.refill(pool)
 
     def write_ready(self) -> None:
+        assert self.runner is not None, "rows are written once run() has its runner"
         while self.ready:
             spec, result, fact = self.ready.pop(0)
             if fact is None:  # decided in the driver: the driver's own facts describe the row
@@ -357,4 +374,4 @@ def run(runner: SuiteRunner, specs: Sequence[RunSpec], address: str | None = Non
     The fingerprint of each row is the one its node's probe gave, so rows of one invocation
     may come from different hosts (the ``host`` and ``ray_node_id`` columns say which).
     """
-    return FleetRun(connect(address), runner).run(specs)
+    return FleetRun(connect(address), str(runner.results_dir), runner.pythons).run(runner, specs)
