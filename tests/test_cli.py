@@ -275,17 +275,19 @@ def test_env_reads_at_80_columns() -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "on_ray"),
+    ("argv", "here"),
     [
-        (["tpubench", "run", "--on", "ray"], True),
-        (["tpubench", "run", "--on=ray", "--workload", "gpt2"], True),
-        (["tpubench", "run", "--on", "local"], False),
-        (["tpubench", "run", "--workload", "ray"], False),
+        (["tpubench", "run", "--on", "ray"], False),
+        (["tpubench", "run", "--on=ray", "--workload", "gpt2"], False),
+        (["tpubench", "ci", "--threads", "1", "--out", "o"], False),
+        (["tpubench", "run", "--on", "local"], True),
+        (["tpubench", "run", "--workload", "ray"], True),
     ],
 )
-def test_only_a_local_run_prestarts_a_fork_server_in_the_cli(argv: list[str], on_ray: bool) -> None:
-    """With --on ray the nodes' actors start their own fork servers; one in the driver would
-    only take a core from its start-up (and from the actors, on a one-host cluster)."""
+def test_the_cli_prestarts_a_fork_server_only_for_workers_that_will_use_it(argv: list[str], here: bool) -> None:
+    """With --on ray the nodes' actors start their own fork servers, and ci --threads changes
+    the workers' environment (so their fork server's) before the first run: one started at
+    once would only take a core from the start-up."""
     from tpubench import console
 
-    assert console._on_ray(argv) is on_ray
+    assert console._workers_start_here(argv) is here

@@ -233,6 +233,16 @@ def test_ci_bootstraps_then_compares_with_the_last_results(tmp_path):
     assert (tmp_path / "night2" / "report.html").stat().st_size > 1_000_000  # plotly.js inlined
 
 
+def test_ci_threads_pins_every_workers_intra_op_threads(tmp_path):
+    """--threads 1, as the CPU nightly runs: the workers use one thread, and each row says so
+    (its env, which the fingerprint hashes, and the backend's own num_threads)."""
+    done = tpubench(CI.replace("--rounds 2", "--rounds 1"), "--threads", "1", "--out", str(tmp_path / "night"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = store.load_runs(tmp_path / "night" / "results").to_dict("records")
+    assert json.loads(row["env"])["OMP_NUM_THREADS"] == "1"
+    assert json.loads(row["backend_metrics"])["num_threads"] == 1
+
+
 def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
     missing = tpubench(CI, "--out", str(tmp_path / "o1"), "--baseline", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no such directory" in missing.stderr

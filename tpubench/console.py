@@ -19,7 +19,7 @@ WORKER_COMMANDS = ("run", "env", "ci")
 def main() -> None:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where a stuck tpubench is
-    if len(sys.argv) > 1 and sys.argv[1] in WORKER_COMMANDS and not _on_ray(sys.argv):
+    if len(sys.argv) > 1 and sys.argv[1] in WORKER_COMMANDS and _workers_start_here(sys.argv):
         from tpubench.process import prestart
 
         prestart()  # the zygote imports torch on one core while the CLI imports on the other
@@ -34,10 +34,14 @@ def main() -> None:
     _exit(code)
 
 
-def _on_ray(argv: list[str]) -> bool:
-    """Whether the runs go to a Ray cluster (``--on ray``), whose nodes start their own fork
-    servers: one here would only take a core from the driver's start-up."""
-    return "--on=ray" in argv or any(a == "--on" and b == "ray" for a, b in itertools.pairwise(argv))
+def _workers_start_here(argv: list[str]) -> bool:
+    """Whether this process's workers will fork from a fork server started with its environment
+    as it is now. Not with ``--on ray``, whose actors start their own on their nodes, nor with
+    ``ci --threads``, which changes the workers' environment first: a fork server started here
+    would only take a core from the start-up."""
+    on_ray = "--on=ray" in argv or any(a == "--on" and b == "ray" for a, b in itertools.pairwise(argv))
+    threads = any(a == "--threads" or a.startswith("--threads=") for a in argv)
+    return not (on_ray or threads)
 
 
 def _exit(code: int | str | None) -> None:

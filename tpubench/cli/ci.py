@@ -151,6 +151,14 @@ def ci_command(
     results: Annotated[str, typer.Option(help="Store a selector --baseline picks from.")] = str(DEFAULT_RESULTS_DIR),
     threshold: Annotated[float | None, typer.Option(help="Step-time threshold in percent.")] = None,
     statistic: Annotated[str, typer.Option(help=STATISTIC_HELP)] = "median",
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Intra-op threads of every run's worker (OMP_NUM_THREADS; recorded in each run's env). "
+            "The calibration's CPU nightly uses 1 (README Calibration). Default: the environment's.",
+        ),
+    ] = None,
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,
     python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
     prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour.")] = None,
@@ -165,6 +173,8 @@ def ci_command(
     if results_dir.exists() and any(results_dir.glob("runs/date=*/*.parquet")):
         raise BadInput(f"--out {out}: {results_dir} already holds runs; give the job an empty folder")
     base = load_baseline(baseline, results) if baseline else None
+    if threads is not None:  # the workers' environment, and so their fork server's, is the parent's
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
