@@ -21,13 +21,14 @@ from itertools import product
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tpubench import devicelock, store
+from tpubench import devicelock
 from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.spec import KEY_FIELDS, RunSpec
 
 if TYPE_CHECKING:
+    from tpubench.store import InvocationWriter
     from workloads import Workload
 
 PROBE_TIMEOUT_S = 180.0
@@ -175,7 +176,11 @@ class Executor:
         backend = get_backend(spec.backend)
         env = worker_env(backend.worker_env)
         staging = None
+        # the store (pandas, pyarrow: 0.4 s to import) is imported only for a run with a trace,
+        # so that a Ray actor measures without it while its fork server boots
         if spec.profile_steps:
+            from tpubench import store
+
             trace_root = Path(self.results) / "traces" if not store.is_remote(self.results) else None
             staging = None if trace_root else tempfile.mkdtemp(prefix="tpubench-trace-")
             spec = replace(spec, trace_dir=str(((trace_root or Path(staging)) / spec.run_id).resolve()))
@@ -199,16 +204,21 @@ class Executor:
                 )
                 if spec.verify and result["status"] == "ok":
                     result.update(self._verify(spec))
-            if staging and result.get("trace_path"):
-                result["trace_path"] = store.upload_trace(
-                    self.results, spec.run_id, spec.trace_dir, result["trace_path"]
-                )
-            elif result.get("trace_path"):
-                result["trace_path"] = store.recorded_path(self.results, result["trace_path"])
+            if result.get("trace_path"):
+                result["trace_path"] = self._place_trace(spec, staging, result["trace_path"])
         finally:
             if staging:
                 shutil.rmtree(staging, ignore_errors=True)
         return {**result, "device_wait_s": waited, "started_at": started_at, "finished_at": datetime.now(UTC)}
+
+    def _place_trace(self, spec: RunSpec, staging: str | None, path: str) -> str:
+        """The trace's path for the row: uploaded from ``staging`` to object storage, or the
+        local one relative to the results folder."""
+        from tpubench import store
+
+        if staging:
+            return store.upload_trace(self.results, spec.run_id, spec.trace_dir, path)
+        return store.recorded_path(self.results, path)
 
     def _verify(self, spec: RunSpec) -> dict[str, Any]:
         """Compare ``spec``'s outputs with the CPU float32 reference, each computed in its own worker."""
@@ -315,7 +325,7 @@ class SuiteRunner:
     interrupted: bool = False
     resumed: list[RunSpec] = field(default_factory=list)
     _probes: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
-    _writer: store.InvocationWriter | None = field(default=None, init=False, repr=False)
+    _writer: InvocationWriter | None = field(default=None, init=False, repr=False)
 
     @property
     def executor(self) -> Executor:
@@ -342,6 +352,8 @@ class SuiteRunner:
 
     def already_done(self) -> set[tuple]:
         """The resume keys of the store's ``ok`` rows (empty without --resume)."""
+        from tpubench import store
+
         if not self.resume or not store.Location(self.results_dir).exists():
             return set()
         done = store.load_runs(self.results_dir, status="ok")
@@ -351,7 +363,9 @@ class SuiteRunner:
     def write(self, row: dict[str, Any], steps: list[dict[str, Any]], ops: list[dict[str, Any]]) -> None:
         """Add a finished run to this invocation's files (rewritten at once)."""
         if self._writer is None:
-            self._writer = store.InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
+            from tpubench.store import InvocationWriter
+
+            self._writer = InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
         self._writer.add(row, steps, ops)
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:

@@ -95,6 +95,7 @@ def show_fleet(interpreters: dict[str, str], address: str | None, as_json: bool)
         fleet = ray_launcher.probe_fleet(list(BACKENDS), interpreters, address)
     except (RuntimeError, ConnectionError) as error:
         raise BadInput(f"--on ray: {error}") from error
+    ray_launcher.disconnect()
     kinds = [{**kind, "backends": flatten(kind.pop("probes"))} for kind in fleet]
     if as_json:
         print(json.dumps(kinds, indent=2))

@@ -153,6 +153,8 @@ def run(
         specs = [spec for spec in specs if spec.backend in available]
     with suite_progress(runner, len(specs), out) as received:
         rows = fleet.run(runner, specs) if fleet else runner.run(specs)
+    if fleet:
+        ray_launcher.disconnect()
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
     if runner.resumed:
