@@ -16,8 +16,10 @@ Then, for every pair and for each r in ``--at`` (the first r rounds of each side
   side and a ratio beyond 5%), to show what the between-run noise does to it.
 
 It prints the false-alarm rate, the detection rate per slowdown, the smallest slowdown
-detected in at least 95% of pairs, the host load before and after, and the share of CPU
-other processes took during the runs (``host_other_cpu_share``).
+detected in at least 95% of pairs, what ``--rounds auto``'s replay predicts for a 10%
+slowdown at each size (``compare.simulated_power`` on each pair's A runs, averaged), the
+host load before and after, and the share of CPU other processes took during the runs
+(``host_other_cpu_share``).
 
     python benchmarks/regression_calibration.py [--pairs 20] [--rounds 50] [--steps 40] [--threads 1] [--out DIR]
     python benchmarks/regression_calibration.py --analyse DIR     # the figures of an earlier run
@@ -48,7 +50,14 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from tpubench import store  # noqa: E402
-from tpubench.analysis.compare import PAIR_KEYS, STEP_THRESHOLD, Settings, compare_runs  # noqa: E402
+from tpubench.analysis.compare import (  # noqa: E402
+    DETECT,
+    PAIR_KEYS,
+    STEP_THRESHOLD,
+    Settings,
+    compare_runs,
+    simulated_power,
+)
 from tpubench.runner import SuiteRunner, plan  # noqa: E402
 
 SLOWDOWNS = (5, 10, 20)  # percent: the calibration workload's plusN sizes
@@ -146,6 +155,11 @@ def analyse(out: Path, settings: Settings, at: list[int]) -> dict:
                 first_test = test.loc[test["round"] == 0, "run_id"].iloc[0]
                 counts[variant]["naive"] += naive_regressed(by_run[first_base], by_run[first_test])
         figures["by_rounds"][r] = counts
+        # what --rounds auto predicts for r runs per side: the replayed power of a 10% slowdown
+        # on each pair's own A runs, averaged over the pairs (set beside the detections above)
+        noise = [statistic[(runs["pair"] == pair) & (runs["variant"] == "A")].to_numpy() for pair in range(pairs)]
+        replayed = [simulated_power(values, r, r, DETECT, settings, STEP_THRESHOLD) for values in noise]
+        figures.setdefault("replayed", {})[r] = float(np.mean(replayed))
     return figures
 
 
@@ -165,6 +179,7 @@ def report(figures: dict, settings: Settings) -> None:
     print(
         "runs/side  A/A false regressions  A/A false improvements  "
         + "  ".join(f"detected {v}" for v in next(iter(figures["by_rounds"].values())) if v != "A2")
+        + f"  replayed power of +{100 * DETECT:g}%"
     )
     smallest = {}
     for r, counts in figures["by_rounds"].items():
@@ -176,6 +191,7 @@ def report(figures: dict, settings: Settings) -> None:
                 cells.append(f"{found['regressed']:>3}/{pairs} (naive {found['naive']}/{pairs})")
                 if found["regressed"] >= REQUIRED_DETECTION * pairs and variant not in smallest:
                     smallest[variant] = r
+        cells.append(f"{figures['replayed'][r]:.2f}")
         print("  ".join(cells))
     reliable = [v for v in smallest if v != "A2"]
     print(
