@@ -305,20 +305,19 @@ def hierarchical_bootstrap(
     return np.median(per_run[chosen, np.arange(resamples)[:, None]], axis=1)
 
 
-def between_run_sd(base_runs: list[np.ndarray], test_runs: list[np.ndarray], quantile: float = 0.5) -> float | None:
-    """Between-run spread: the sd of the log per-run statistic, from the median absolute deviation
-    of each side about its own median (one stalled run must not make the whole night look noisy);
-    None unless each side has two runs."""
-    if len(base_runs) < 2 or len(test_runs) < 2:
+def between_run_sd(base: np.ndarray, test: np.ndarray) -> float | None:
+    """Between-run spread of two sides' per-run statistics: the sd of their log, from the median
+    absolute deviation of each side about its own median (one stalled run must not make the
+    whole night look noisy); None unless each side has two runs."""
+    if base.size < 2 or test.size < 2:
         return None
-    return _mad_sd(*(np.log(_run_statistics(side, quantile)) for side in (base_runs, test_runs)))
+    return _mad_sd(np.log(base), np.log(test))
 
 
-def _residuals(base_runs: list[np.ndarray], test_runs: list[np.ndarray], quantile: float) -> np.ndarray:
+def _residuals(base: np.ndarray, test: np.ndarray) -> np.ndarray:
     """Both sides' per-run statistics, each side divided by its own median: the between-run
     noise of the two, with whatever change lies between them taken out."""
-    sides = (_run_statistics(side, quantile) for side in (base_runs, test_runs))
-    return np.concatenate([side / np.median(side) for side in sides])
+    return np.concatenate([side / np.median(side) for side in (base, test)])
 
 
 def _mad_sd(*groups: np.ndarray) -> float:
@@ -409,9 +408,8 @@ def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings)
     ok = runs[runs["status"] == "ok"].join(statistic, on="run_id").dropna(subset=["statistic"])
     rows = []
     for key, group in ok.groupby(keys, dropna=False, sort=True):
-        logs = np.log(group["statistic"].to_numpy(dtype=float))
-        spread = _mad_sd(logs) if logs.size >= 3 else math.nan
         statistics = group["statistic"].to_numpy(dtype=float)
+        spread = _mad_sd(np.log(statistics)) if statistics.size >= 3 else math.nan
         rows.append(
             {**dict(zip(keys, key, strict=True)), "runs": len(group), "spread": spread, "statistics": statistics}
         )
@@ -447,7 +445,8 @@ def sampled_verdict(
             found.update(base_value=_over_runs(base_runs, q), test_value=_over_runs(test_runs, q))
             found["ratio"] = found["test_value"] / found["base_value"]
         return found
-    base_value, test_value = _over_runs(base_runs, q), _over_runs(test_runs, q)
+    base_statistics, test_statistics = _run_statistics(base_runs, q), _run_statistics(test_runs, q)
+    base_value, test_value = float(np.median(base_statistics)), float(np.median(test_statistics))
     ratio = test_value / base_value
     rng = np.random.default_rng(settings.seed)
     replicates = hierarchical_bootstrap(test_runs, settings.resamples, rng, q) / hierarchical_bootstrap(
@@ -457,18 +456,16 @@ def sampled_verdict(
     ci_low, ci_high = (float(v) for v in np.percentile(replicates, [tail, 100 - tail]))
     if len(base_runs) >= 2 and len(test_runs) >= 2:  # runs are the unit of replication
         tested = "runs"
-        p_value = float(
-            stats.mannwhitneyu(_run_statistics(test_runs, q), _run_statistics(base_runs, q), method="auto").pvalue
-        )
+        p_value = float(stats.mannwhitneyu(test_statistics, base_statistics, method="auto").pvalue)
     else:  # one run's steps against another's: shown, never a verdict (rule 1)
         tested = "steps"
         p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
-    sd = between_run_sd(base_runs, test_runs, q)
+    sd = between_run_sd(base_statistics, test_statistics)
     detectable = (
         None
         if sd is None
         else detectable_change(
-            _residuals(base_runs, test_runs, q), len(base_runs), len(test_runs), settings, metric.threshold
+            _residuals(base_statistics, test_statistics), len(base_runs), len(test_runs), settings, metric.threshold
         )
     )
     found.update(

@@ -149,7 +149,7 @@ def run(
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
     runner = SuiteRunner(results_dir=results_dir, pythons=interpreters, tags=key_values("--tag", tag), resume=resume)
     if not choice.backends:  # by default, only what this machine (or the fleet) can run
-        available = fleet_backends(python, ray_address) if fleet else local_backends(runner)
+        available = fleet_backends(interpreters, ray_address) if fleet else local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
     with suite_progress(runner, len(specs), out) as received:
         rows = fleet.run(runner, specs) if fleet else runner.run(specs)
@@ -200,10 +200,10 @@ def local_backends(runner: SuiteRunner) -> set[str]:
     return {name for name, probe in probes.items() if probe["backends"][name]["available"]}
 
 
-def fleet_backends(python: list[str] | None, address: str | None) -> set[str]:
+def fleet_backends(interpreters: dict[str, str], address: str | None) -> set[str]:
     """The backends some node kind of the Ray cluster can run."""
     try:
-        fleet = ray_launcher.probe_fleet(list(BACKENDS), pythons(python), address)
+        fleet = ray_launcher.probe_fleet(list(BACKENDS), interpreters, address)
     except (RuntimeError, ConnectionError) as error:
         raise BadInput(f"--on ray: {error}") from error
     return {name for kind in fleet for name, probe in kind["probes"].items() if probe["backends"][name]["available"]}

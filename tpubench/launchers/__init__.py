@@ -6,9 +6,9 @@ the same :class:`tpubench.runner.Executor`, so a run is the same measurement whe
 
 import os
 
-# A launcher's processes play the parent's part (a Ray worker probes and starts the run's
+# A launcher's processes play the parent's part (a Ray actor probes and starts the run's
 # worker), so an installed TPU plugin must not autoload into them, which would take the
-# chip from the run's own worker. Set here, before tpubench.launchers.ray imports torch,
-# rather than in a Ray runtime_env: a task with a runtime_env cannot use Ray's ordinary
-# worker processes and waits for dedicated ones.
+# chip from the run's own worker. tpubench itself imports no torch there; this covers
+# anything else that does. Set here rather than in a Ray runtime_env: an actor or task with
+# a runtime_env cannot use Ray's ordinary worker processes and waits for dedicated ones.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")

@@ -283,11 +283,8 @@ class FleetRun:
         their fork servers booted for backend ``first``; or ``unavailable`` rows for its queue
         if no alive node can serve it."""
         self.nodes = alive_nodes(self.ray)  # after a death, not the nodes of before
-        if not servable(kind_requirements(pool.kind), [node["Resources"] for node in self.nodes]):
-            while pool.queue:
-                spec = pool.queue.popleft()
-                since = " any more: the nodes that did have died"
-                self.ready.append((spec, _unservable(spec, requirements(spec.backend), since), None))
+        if not self.servable(pool):
+            self.strand(pool)
             return
         backend = get_backend(first)
         prestart = (python_for(self.pythons, first), backend.worker_env) if backend.forkable else None
@@ -295,6 +292,21 @@ class FleetRun:
             options = {**kind_requirements(pool.kind), "scheduling_strategy": strategy}
             actor = self.worker.options(**options).remote(self.results, self.pythons, prestart)
             pool.starting[actor.node_id.remote()] = actor
+
+    def servable(self, pool: Pool) -> bool:
+        """Whether some alive node can still host an actor of ``pool``'s kind."""
+        return servable(kind_requirements(pool.kind), [node["Resources"] for node in self.nodes])
+
+    def strand(self, pool: Pool) -> None:
+        """``unavailable`` rows for ``pool``'s queue, which only nodes that have died could serve,
+        instead of runs Ray would keep waiting for; its starting actors go too."""
+        for actor in pool.starting.values():
+            self.ray.kill(actor)
+        pool.starting.clear()
+        while pool.queue:
+            spec = pool.queue.popleft()
+            since = " any more: the nodes that did have died"
+            self.ready.append((spec, _unservable(spec, requirements(spec.backend), since), None))
 
     def started(self, pool: Pool, ref: Any) -> None:
         actor = pool.starting.pop(ref)
@@ -354,11 +366,8 @@ class FleetRun:
         ``unavailable`` rows, where Ray would wait for ever."""
         alive = {node["NodeID"] for node in self.nodes}
         pool.idle = [(actor, node) for actor, node in pool.idle if node in alive]
-        if pool.queue and not servable(kind_requirements(pool.kind), [n["Resources"] for n in self.nodes]):
-            for actor in pool.starting.values():
-                self.ray.kill(actor)
-            pool.starting.clear()
-            self.start_actors(pool, pool.queue[0].backend, wanted=None)  # no node can: unavailable rows
+        if pool.queue and not self.servable(pool):
+            self.strand(pool)
         self.refill(pool)
 
     def write_ready(self) -> None:

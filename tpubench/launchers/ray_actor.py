@@ -2,7 +2,8 @@
 
 Kept apart from :mod:`tpubench.launchers.ray` (the driver's side) so that an actor's
 process imports nothing heavy before its constructor runs: the constructor starts the fork
-server first, whose ``import torch`` then overlaps this process's own.
+server first, whose ``import torch`` is the one slow start-up of the actor (the actor itself
+never imports torch: the runner and the backends' declarations do not need it).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class DeviceWorker:
 
     def __init__(self, results: str, pythons: dict[str, str], prestart: tuple[str, dict[str, str]] | None):
         """``prestart``: the interpreter and worker environment of the first run this actor will
-        get, whose fork server boots at once, before this process imports torch itself."""
+        get, whose fork server boots at once, while the driver still plans."""
         if prestart:
             zygote_for(prestart[0], worker_env(prestart[1]))
         self.results, self.pythons = results, pythons
