@@ -76,6 +76,15 @@ def test_a_suite_on_ray_gives_the_rows_a_local_run_gives(fault_env: None, tmp_pa
     # the same columns are filled as in a local run, plus where it ran
     filled = [{c for c, v in rows.loc[("fault-ok", "cpu")].items() if is_set(v)} for rows in (remote_rows, local_rows)]
     assert filled[0] - filled[1] == {"ray_node_id"} and filled[1] - filled[0] == set()
+    # with the host's threads, as locally: Ray caps an actor at OMP_NUM_THREADS=1 unless told
+    threads = [
+        json.loads(rows.loc[("fault-ok", "cpu"), "backend_metrics"])["num_threads"]
+        for rows in (remote_rows, local_rows)
+    ]
+    envs = [
+        json.loads(rows.loc[("fault-ok", "cpu"), "env"]).get("OMP_NUM_THREADS") for rows in (remote_rows, local_rows)
+    ]
+    assert threads[0] == threads[1] and envs[0] == envs[1], (threads, envs)
 
 
 def is_set(value: object) -> bool:

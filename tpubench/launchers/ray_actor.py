@@ -8,10 +8,12 @@ never imports torch: the runner and the backends' declarations do not need it).
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from tpubench.process import worker_env
@@ -37,6 +39,32 @@ def thinned(emit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]]
     return forward
 
 
+def launch_environment() -> dict[str, str] | None:
+    """This process's environment as it was started, before Ray's worker code changed it;
+    None where the kernel does not say (``/proc`` is Linux's)."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def lift_ray_thread_cap() -> None:
+    """Undo the ``OMP_NUM_THREADS`` Ray sets for an actor whose node's environment sets none.
+
+    Ray caps an actor's intra-op threads at the CPUs it asked for (one), so that many tasks
+    on a node do not oversubscribe it. Here only one run measures on a host at a time (the
+    host's device lock), and a local run uses every core: with Ray's cap, the CPU rows of
+    ``--on ray`` measured a tiny gpt2's training step 35-40% slower than the same run
+    locally. A value the node itself sets (``OMP_NUM_THREADS=4 ray start ...``) is the
+    cluster's choice, and stays.
+    """
+    launched = launch_environment()
+    if launched is not None and "OMP_NUM_THREADS" not in launched:
+        os.environ.pop("OMP_NUM_THREADS", None)
+
+
 class DeviceWorker:
     """A Ray actor that owns one device of one node, a chip, a GPU or the host's CPU, and
     measures the runs it is given there in turn, through the same :class:`Executor` as a
@@ -54,6 +82,7 @@ class DeviceWorker:
     def __init__(self, results: str, pythons: dict[str, str], prestart: tuple[str, dict[str, str]] | None):
         """``prestart``: the interpreter and worker environment of the first run this actor will
         get, whose fork server boots at once, while the driver still plans."""
+        lift_ray_thread_cap()  # before the fork server copies this environment
         if prestart:
             zygote_for(prestart[0], worker_env(prestart[1]))
         self.results, self.pythons = results, pythons
