@@ -37,20 +37,15 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from tpubench.results_dir import DEFAULT_RESULTS_DIR, is_remote
 from tpubench.schema import SCHEMA_VERSION, TABLES
 
-DEFAULT_RESULTS_DIR = Path("results")
 #: tables whose file an invocation writes only once it has rows: most runs profile nothing
 WRITTEN_WHEN_FILLED = frozenset({"ops"})
 
 
 class StoreError(Exception):
     """A results directory that cannot be read (missing, not a directory)."""
-
-
-def is_remote(results: str | Path) -> bool:
-    """Whether ``results`` names object storage (``s3://...``) rather than a local directory."""
-    return "://" in str(results) and not str(results).startswith("file://")
 
 
 class Location:

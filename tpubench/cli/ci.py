@@ -38,9 +38,10 @@ from tpubench.cli.common import BadInput, app, console, key_values, writable_dir
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
 from tpubench.cli.planning import choose_runs, plan_runs, pythons
 from tpubench.cli.run import local_backends, suite_progress
+from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
 from tpubench.spec import DTYPES, RunSpec
-from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
+from tpubench.store import StoreError
 
 #: rounds of a night without a baseline to size it by (its runs then size the next night)
 FIRST_NIGHT_ROUNDS = 10

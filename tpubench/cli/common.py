@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from typer.exceptions import TyperException
 
-from tpubench import store
+from tpubench.results_dir import is_remote
 
 app = typer.Typer(
     add_completion=False,
@@ -88,8 +88,10 @@ def writable_dir(option: str, path: Path) -> Path:
 def writable_results(text: str) -> str | Path:
     """``--results``: a local directory (see :func:`writable_dir`) or an object-store URL,
     which gets a real write too (a probe object, removed), before anything runs."""
-    if not store.is_remote(text):
+    if not is_remote(text):
         return writable_dir("--results", Path(text))
+    from tpubench import store  # pandas and pyarrow: only a bucket needs them this early
+
     try:
         location = store.Location(text)
         probe = location.join(f".tpubench-write-check-{os.getpid()}")

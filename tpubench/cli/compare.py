@@ -24,7 +24,8 @@ from tpubench.analysis import changepoints, compare
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.cli.common import BadInput, app, console
-from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
+from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
 SELECTOR_HELP = (

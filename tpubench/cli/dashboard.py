@@ -14,7 +14,7 @@ import typer
 import dashboard
 from tpubench import store
 from tpubench.cli.common import BadInput, app, console
-from tpubench.store import DEFAULT_RESULTS_DIR
+from tpubench.results_dir import DEFAULT_RESULTS_DIR
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8501  # Streamlit's

@@ -14,8 +14,8 @@ from tpubench.cli.common import BadInput, app, choose, console
 from tpubench.cli.planning import pythons, select_workloads
 from tpubench.fingerprint import git_sha, host_facts
 from tpubench.launchers import ray as ray_launcher
+from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
-from tpubench.store import DEFAULT_RESULTS_DIR
 
 
 @app.command("list")

@@ -21,7 +21,8 @@ from tpubench import peaks, store, viewer
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, SOURCES
 from tpubench.cli.common import BadInput, app, console
-from tpubench.store import DEFAULT_RESULTS_DIR, StoreError
+from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.store import StoreError
 from tpubench.traces import TraceError, ingest, locate
 
 LIST_HINT = "`tpubench ops` lists the profiled runs (`tpubench ops --results DIR` for another store)"

@@ -29,9 +29,9 @@ from tpubench.cli.common import (
 )
 from tpubench.cli.planning import choose_runs, plan_runs, pythons
 from tpubench.launchers import ray as ray_launcher
+from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
 from tpubench.spec import DTYPES, RunSpec
-from tpubench.store import DEFAULT_RESULTS_DIR
 
 if TYPE_CHECKING:
     from workloads import Workload
