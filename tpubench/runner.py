@@ -360,13 +360,19 @@ class SuiteRunner:
         columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
         return set(done[columns].itertuples(index=False, name=None))
 
-    def write(self, row: dict[str, Any], steps: list[dict[str, Any]], ops: list[dict[str, Any]]) -> None:
-        """Add a finished run to this invocation's files (rewritten at once)."""
+    def open_store(self) -> InvocationWriter:
+        """This invocation's writer, made on first use: its import of the store (pandas and
+        pyarrow, 0.4 s of CPU) waits until a row is to be written, or until a caller with
+        runs measuring elsewhere knows the cores are otherwise idle."""
         if self._writer is None:
             from tpubench.store import InvocationWriter
 
             self._writer = InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
-        self._writer.add(row, steps, ops)
+        return self._writer
+
+    def write(self, row: dict[str, Any], steps: list[dict[str, Any]], ops: list[dict[str, Any]]) -> None:
+        """Add a finished run to this invocation's files (rewritten at once)."""
+        self.open_store().add(row, steps, ops)
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
         """Run ``specs`` in order and return their rows (also written to the store).

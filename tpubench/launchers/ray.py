@@ -242,6 +242,10 @@ class FleetRun:
                 if not pool.actors() and pool.queue:
                     self.start_actors(pool, pool.queue[0].backend, wanted=len(pool.queue))
                 self.dispatch(pool)  # a warmed kind that got no runs lets its actors go here
+            # now, while the first runs wait for their fork servers: at the first row, the
+            # store's import would take a core from the next run's measured steps on a
+            # one-node cluster (the driver's host measured busy for half of a gpt2 infer run)
+            runner.open_store()
             self.loop()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
             runner.interrupted = True
