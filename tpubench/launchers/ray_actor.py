@@ -54,11 +54,13 @@ def lift_ray_thread_cap() -> None:
     """Undo the ``OMP_NUM_THREADS`` Ray sets for an actor whose node's environment sets none.
 
     Ray caps an actor's intra-op threads at the CPUs it asked for (one), so that many tasks
-    on a node do not oversubscribe it. Here only one run measures on a host at a time (the
-    host's device lock), and a local run uses every core: with Ray's cap, the CPU rows of
-    ``--on ray`` measured a tiny gpt2's training step 35-40% slower than the same run
-    locally. A value the node itself sets (``OMP_NUM_THREADS=4 ray start ...``) is the
-    cluster's choice, and stays.
+    on a node do not oversubscribe it. A run here should measure in the environment a local
+    run has, which uses every core: with Ray's cap, the CPU rows of ``--on ray`` measured a
+    tiny gpt2's training step 35-40% slower than the same run locally. Only one CPU run
+    measures on a host at a time (the host's device lock); accelerator runs on one node's
+    chips run at once and share its cores for their host-side work, as their rows'
+    ``host_other_cpu_share`` says. A value the node itself sets (``OMP_NUM_THREADS=4 ray
+    start ...``) is the cluster's choice, and stays.
     """
     launched = launch_environment()
     if launched is not None and "OMP_NUM_THREADS" not in launched:
