@@ -8,6 +8,7 @@ fsspec's environment configuration (``FSSPEC_S3_ENDPOINT_URL``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -143,3 +144,27 @@ def test_report_and_ops_read_the_bucket_like_a_directory(s3: str, tmp_path: Path
     ops = tpubench(f"ops {run_id} --json --results", results)
     assert ops.returncode == 0, ops.stderr
     assert run_id in ops.stdout or '"op"' in ops.stdout
+
+
+def test_compare_and_the_dashboard_read_the_bucket_like_a_directory(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import RESULTS_ENV
+
+    results = f"{s3}/nights"
+    line = "run --workload gpt2 --size tiny --backend cpu --mode infer --steps 3 --warmup 1 --results"
+    for night in ("1", "2"):
+        done = tpubench(line, results, "--tag", f"night={night}")
+        assert done.returncode == 0, done.stderr
+    compared = tpubench("compare --baseline tag.night=1 --candidate tag.night=2 --json --results", results)
+    assert compared.returncode == 0, compared.stderr
+    comparison = json.loads(compared.stdout)["comparison"]
+    assert {row["workload"] for row in comparison} == {"gpt2"} and "step" in {row["metric"] for row in comparison}
+
+    monkeypatch.setenv(RESULTS_ENV, results)  # what `tpubench dashboard --results s3://...` sets
+    app = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"), default_timeout=120)
+    app.run()
+    assert not app.exception and not app.error, (app.exception or app.error)[0].value
+    assert app.title[0].value == "Overview"
+    latest = store.load_runs(results).sort_values("started_at")["invocation_id"].iloc[-1]
+    assert app.selectbox(key="invocation").value == latest
