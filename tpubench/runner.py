@@ -25,6 +25,7 @@ from tpubench import devicelock
 from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
+from tpubench.results_dir import is_remote
 from tpubench.spec import KEY_FIELDS, RunSpec
 
 if TYPE_CHECKING:
@@ -176,12 +177,10 @@ class Executor:
         backend = get_backend(spec.backend)
         env = worker_env(backend.worker_env)
         staging = None
-        # the store (pandas, pyarrow: 0.4 s to import) is imported only for a run with a trace,
-        # so that a Ray actor measures without it while its fork server boots
+        # the store (pandas, pyarrow: 0.4 s to import) is imported only to place a finished
+        # run's trace, so that a Ray actor measures without it while its fork server boots
         if spec.profile_steps:
-            from tpubench import store
-
-            trace_root = Path(self.results) / "traces" if not store.is_remote(self.results) else None
+            trace_root = Path(self.results) / "traces" if not is_remote(self.results) else None
             staging = None if trace_root else tempfile.mkdtemp(prefix="tpubench-trace-")
             spec = replace(spec, trace_dir=str(((trace_root or Path(staging)) / spec.run_id).resolve()))
         on_wait = wait_reporter(on_event)
