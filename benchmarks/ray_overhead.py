@@ -40,8 +40,8 @@ QUIET_WINDOW_S = 0.5
 QUIET_MOST_S = 30.0
 
 
-def wait_quiet() -> float:
-    """Wait until the host's CPUs are idle, and return how long that took.
+def wait_quiet() -> None:
+    """Wait until the host's CPUs are idle.
 
     A finished ``--on ray`` invocation leaves work behind: Ray kills its actor, whose fork
     server goes with it, and starts fresh idle workers (each an ``import ray``). Left to
@@ -54,8 +54,7 @@ def wait_quiet() -> float:
     while psutil.cpu_percent(interval=QUIET_WINDOW_S) > QUIET_BUSY_PCT:
         if time.perf_counter() - started > QUIET_MOST_S:
             print(f"  (host still busy after {QUIET_MOST_S:.0f} s; timing anyway)")
-            break
-    return time.perf_counter() - started
+            return
 
 
 def tpubench(line: str, *extra: str) -> float:
@@ -76,7 +75,7 @@ def orchestration(repeat: int) -> None:
     started = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     print(f"ray cluster start-up: {time.perf_counter() - started:.1f} s (excluded below)")
-    ratios, walls = [], {"local": [], "ray": []}
+    pairs: list[tuple[float, float]] = []  # (local, --on ray) seconds
     try:
         with tempfile.TemporaryDirectory() as scratch:
             tpubench(SUITE, "--results", f"{scratch}/warm", "--on", "ray", "--ray-address", cluster.address)
@@ -84,13 +83,12 @@ def orchestration(repeat: int) -> None:
                 local = tpubench(SUITE, "--results", f"{scratch}/local{index}")
                 ray_line = ("--results", f"{scratch}/ray{index}", "--on", "ray", "--ray-address", cluster.address)
                 on_ray = tpubench(SUITE, *ray_line)
-                ratios.append(on_ray / local)
-                walls["local"].append(local)
-                walls["ray"].append(on_ray)
-                print(f"tiny suite (4 runs): local {local:.1f} s, --on ray {on_ray:.1f} s, ratio {ratios[-1]:.2f}")
+                pairs.append((local, on_ray))
+                print(f"tiny suite (4 runs): local {local:.1f} s, --on ray {on_ray:.1f} s, ratio {on_ray / local:.2f}")
     finally:
         cluster.shutdown()
-    local, on_ray = (statistics.median(walls[kind]) for kind in ("local", "ray"))
+    ratios = [on_ray / local for local, on_ray in pairs]
+    local, on_ray = (statistics.median(walls) for walls in zip(*pairs, strict=True))
     print(f"median wall: local {local:.2f} s, --on ray {on_ray:.2f} s ({on_ray - local:+.2f} s)")
     print(
         f"median ratio of {repeat}: {statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f}; "

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from helpers import tpubench, wait_for
+from helpers import ROOT, tpubench, wait_for
 
 from tpubench import store
 
@@ -162,7 +162,7 @@ def test_compare_and_the_dashboard_read_the_bucket_like_a_directory(s3: str, mon
     assert {row["workload"] for row in comparison} == {"gpt2"} and "step" in {row["metric"] for row in comparison}
 
     monkeypatch.setenv(RESULTS_ENV, results)  # what `tpubench dashboard --results s3://...` sets
-    app = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"), default_timeout=120)
+    app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
     app.run()
     assert not app.exception and not app.error, (app.exception or app.error)[0].value
     assert app.title[0].value == "Overview"
