@@ -31,17 +31,19 @@ def _build(layers: int) -> nn.Module:
 
 WORKLOAD = Workload(
     name="calib-mlp",
-    suite="calibration",
+    suites=("calibration",),
     family="calibration",
     description=f"calibration: Linear({WIDTH}) + tanh layers; plusN sizes do N% more work than base",
     sizes=SIZES,
     default_size="base",
     default_shape={"cpu": Shape(64, 1)},
     build_model=_build,
-    make_batch=lambda layers, batch, seq, generator: {"x": torch.randn(batch, WIDTH, generator=generator)},
+    make_batch=lambda layers, shape, generator: {"x": torch.randn(shape.batch_size, WIDTH, generator=generator)},
     loss=lambda model, batch: model(batch["x"]).square().mean(),
     forward=lambda model, batch: model(batch["x"]),
-    flops=lambda layers, batch, seq, mode: (6 if mode == "train" else 2) * batch * WIDTH * WIDTH * layers,
-    estimate_memory_bytes=lambda layers, batch, seq, mode, dtype: 4 * layers * (WIDTH * WIDTH + 2 * batch * WIDTH),
+    flops=lambda layers, shape, mode: (6 if mode == "train" else 2) * shape.batch_size * WIDTH * WIDTH * layers,
+    estimate_memory_bytes=lambda layers, shape, mode, dtype: (
+        4 * layers * (WIDTH * WIDTH + 2 * shape.batch_size * WIDTH)
+    ),
     modes=("train", "infer"),
 )

@@ -123,7 +123,7 @@ def in_worker_ratio(backend_name: str, workload: str, mode: str, rounds: int, st
         mode,
         "float32",
         instance.batch_size,
-        instance.seq_len,
+        **instance.shape.dims(),
         warmup=1,
         steps=steps,
     )

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from tpubench.analysis.categories import CATEGORIES
 from tpubench.analysis.ops import OTHERS
+from tpubench.analysis.shapes import shape_labels
 
 BACKEND_COLOURS = {
     "cpu": "#6baed6",
@@ -57,11 +58,7 @@ def _layout(figure: go.Figure, height: int = 420, **extra: object) -> go.Figure:
 def config_label(frame: pd.DataFrame) -> pd.Series:
     """A configuration without its backend: ``gpt2/tiny train bfloat16 4x128``."""
     text = {column: frame[column].astype("string") for column in ("workload", "size", "mode", "dtype")}
-    shape = (
-        frame["batch_size"].astype("Int64").astype("string") + "x" + frame["seq_len"].astype("Int64").astype("string")
-    )
-    gen = pd.to_numeric(frame["gen_len"]).fillna(0)
-    shape = shape.where(gen == 0, shape + "+" + gen.astype("Int64").astype("string"))
+    shape = shape_labels(frame)
     return text["workload"] + "/" + text["size"] + " " + text["mode"] + " " + text["dtype"] + " " + shape
 
 

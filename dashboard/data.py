@@ -28,8 +28,10 @@ from tpubench import store
 from tpubench.analysis import changepoints, compare
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
+from tpubench.analysis.shapes import shape_labels
 from tpubench.schema import RUNS
 from tpubench.serving import PERCENTILES
+from tpubench.spec import DIMENSIONS
 
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300
@@ -46,7 +48,7 @@ INDEX_COLUMNS = (
     "mode",
     "dtype",
     "batch_size",
-    "seq_len",
+    *DIMENSIONS,
     "gen_len",
     "status",
     "tags",
@@ -159,8 +161,7 @@ def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
 
 def series_label(runs: pd.DataFrame) -> pd.Series:
     """A configuration as one readable string: ``gpt2/tiny train bfloat16 cuda (NVIDIA H100) 4x128``."""
-    shape = runs["batch_size"].astype("Int64").astype(str) + "x" + runs["seq_len"].astype("Int64").astype(str)
-    shape = shape.where(runs["gen_len"].fillna(0) == 0, shape + "+" + runs["gen_len"].astype("Int64").astype(str))
+    shape = shape_labels(runs)
     device = runs["device"].fillna("no device")
     what = runs["workload"] + "/" + runs["size"] + " " + runs["mode"] + " " + runs["dtype"]
     return what + " " + runs["backend"] + " (" + device + ") " + shape

@@ -14,16 +14,17 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from tpubench.analysis import compare
+from tpubench.analysis.shapes import shape_labels
+from tpubench.spec import DIMENSIONS
 
 #: the backend a cross-backend table measures others against, in order of preference
 REFERENCE_BACKENDS = ("cuda", "cuda-compile", "cpu", "cpu-compile")
 
 
 def config_label(frame: pd.DataFrame, dtype: bool = False) -> pd.Series:
-    """Each row's configuration as both renderers label it: ``gpt2/tiny infer 4x128[+gen]``,
-    with the dtype after the mode when ``dtype``."""
-    shape = frame["batch_size"].astype(str) + "x" + frame["seq_len"].astype(str)
-    shape = shape.where(frame["gen_len"].fillna(0) == 0, shape + "+" + frame["gen_len"].astype(str))
+    """Each row's configuration as both renderers label it: ``gpt2/tiny infer 4x128[+gen]``
+    (``resnet/50 infer 8xi224`` for images), with the dtype after the mode when ``dtype``."""
+    shape = shape_labels(frame)
     mode = frame["mode"] + (" " + frame["dtype"] if dtype else "")
     return frame["workload"] + "/" + frame["size"] + " " + mode + " " + shape
 
@@ -37,6 +38,8 @@ SUMMARY_COLUMNS = [
     "dtype",
     "batch_size",
     "seq_len",
+    "image_size",
+    "latent_size",
     "gen_len",
     "runs",
     "status",
@@ -96,7 +99,7 @@ class Report:
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: repeats pooled (median of run medians, the CI's outer bounds),
     the worst status, and how many runs saw a busy host."""
-    keys = ["workload", "size", "backend", "device", "mode", "dtype", "batch_size", "seq_len", "gen_len"]
+    keys = ["workload", "size", "backend", "device", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len"]
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rows = []

@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from tpubench.spec import DIMENSIONS
+
 #: runs column -> (metric name, scale); a metric is written only where the run has a value
 RUN_METRICS = {
     "tokens_per_s": ("tokens_per_s", 1.0),
@@ -56,8 +58,10 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
             "dtype": _text(run["dtype"]),
             "extra_info": {
                 key: _text(run[key])
-                for key in ("mode", "size", "batch_size", "seq_len", "gen_len", "invocation_id", "run_id", "started_at")
+                for key in ("mode", "size", "batch_size", "gen_len", "invocation_id", "run_id", "started_at")
             }
+            # the shape's named dimensions that the run has (seq_len for text, image_size for images...)
+            | {name: str(int(run[name])) for name in DIMENSIONS if pd.notna(run.get(name))}
             | {"measured_steps": _text(run["measured_steps"]), **{f"tag.{k}": str(v) for k, v in tags.items()}},
         }
         model = {
@@ -65,7 +69,10 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
             "type": _text(run["suite"]),
             "backend": run["backend"],
             "origins": ["tpubench"],
-            "extra_info": {"param_count": _text(run["param_count"])},
+            "extra_info": {
+                key: _text(run.get(key))
+                for key in ("param_count", "active_param_count", "flops_source", "attention_flops")
+            },
         }
         accelerated = run["backend"].split("-")[0] != "cpu"
         runner = {

@@ -29,6 +29,14 @@ def fault_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def shape_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register tests/shape_workloads.py (an image and a latent workload) here and in every worker."""
+    monkeypatch.setenv("TPUBENCH_WORKLOAD_MODULES", "shape_workloads")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+
+
+@pytest.fixture
 def fault_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     """Register tests/fault_backends.py (a deliberately wrong backend) here and in every worker."""
     monkeypatch.setenv("TPUBENCH_BACKEND_MODULES", "fault_backends")

@@ -1,4 +1,4 @@
-"""A test-only backend that computes something else, to check --verify catches it.
+"""Test-only backends that compute something else, to check --verify catches it.
 
 Registered through ``TPUBENCH_BACKEND_MODULES=fault_backends`` (see conftest.py).
 """
@@ -21,4 +21,21 @@ class OffByOnePercent(CpuBackend):
         return model
 
 
-BACKENDS = (OffByOnePercent,)
+class Untied(CpuBackend):
+    """The cpu backend, except that every shared parameter gets a copy of its own: what
+    torch_xla's ``Module.to`` did to gpt2's tied LM head. The first loss is unchanged."""
+
+    name = "cpu-untied"
+    description = "test-only: cpu with shared weights untied"
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        seen: set[int] = set()
+        for module in model.modules():
+            for name, parameter in module.named_parameters(recurse=False):
+                if id(parameter) in seen:
+                    setattr(module, name, nn.Parameter(parameter.detach().clone()))
+                seen.add(id(parameter))
+        return model
+
+
+BACKENDS = (OffByOnePercent, Untied)

@@ -32,18 +32,18 @@ def _workload(name: str, fault) -> Workload:
 
     return Workload(
         name=name,
-        suite="faults",
+        suites=("faults",),
         family="test",
         description=f"test-only: {name}",
         sizes={"tiny": 0},
         default_size="tiny",
         default_shape={"cpu": Shape(2, 1)},
         build_model=build_model,
-        make_batch=lambda config, batch, seq, generator: {"x": torch.randn(batch, 8, generator=generator)},
+        make_batch=lambda config, shape, generator: {"x": torch.randn(shape.batch_size, 8, generator=generator)},
         loss=lambda model, batch: model(batch["x"]).square().mean(),
         forward=lambda model, batch: model(batch["x"]),
-        flops=lambda config, batch, seq, mode: (6 if mode == "train" else 2) * batch * 64.0,
-        estimate_memory_bytes=lambda config, batch, seq, mode, dtype: 1024,
+        flops=lambda config, shape, mode: (6 if mode == "train" else 2) * shape.batch_size * 64.0,
+        estimate_memory_bytes=lambda config, shape, mode, dtype: 1024,
     )
 
 
@@ -100,21 +100,21 @@ def _bincount_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
 
 FALLBACK = Workload(
     name="xla-fallback",
-    suite="faults",
+    suites=("faults",),
     family="test",
     description="test-only: uses torch.bincount",
     sizes={"tiny": 0},
     default_size="tiny",
     default_shape={"cpu": Shape(8, 1)},
     build_model=lambda config: _Linear(),
-    make_batch=lambda config, batch, seq, generator: {
-        "x": torch.randn(batch, 8, generator=generator),
-        "ids": torch.randint(0, 8, (batch,), generator=generator),
+    make_batch=lambda config, shape, generator: {
+        "x": torch.randn(shape.batch_size, 8, generator=generator),
+        "ids": torch.randint(0, 8, (shape.batch_size,), generator=generator),
     },
     loss=_bincount_loss,
     forward=lambda model, batch: _bincount_loss(model, batch),
-    flops=lambda config, batch, seq, mode: (6 if mode == "train" else 2) * batch * 64.0,
-    estimate_memory_bytes=lambda config, batch, seq, mode, dtype: 1024,
+    flops=lambda config, shape, mode: (6 if mode == "train" else 2) * shape.batch_size * 64.0,
+    estimate_memory_bytes=lambda config, shape, mode, dtype: 1024,
 )
 
 WORKLOADS = (*WORKLOADS, FALLBACK)

@@ -19,6 +19,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from tpubench.spec import DIMENSIONS, shape_label
+
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}  # others (mismatch, failed...) red
 
 
@@ -39,7 +41,7 @@ def _percent(value: Any) -> str:
 
 
 def _shape(row: dict[str, Any]) -> str:
-    return f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
+    return shape_label(row["batch_size"], row, row.get("gen_len"), prefix="")
 
 
 def _status(row: dict[str, Any]) -> Text:
@@ -79,7 +81,7 @@ ALWAYS = 100
 
 
 def _sorted(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    order = ("workload", "size", "backend", "mode", "batch_size", "seq_len", "gen_len")
+    order = ("workload", "size", "backend", "mode", "batch_size", *DIMENSIONS, "gen_len")
     return sorted(rows, key=lambda r: tuple(r.get(key) or 0 for key in order))  # sweeps grouped
 
 

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import product
@@ -26,7 +26,7 @@ from tpubench.backends import get_backend
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.results_dir import is_remote
-from tpubench.spec import KEY_FIELDS, RunSpec
+from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
 
 if TYPE_CHECKING:
     from tpubench.store import InvocationWriter
@@ -61,36 +61,54 @@ def _as_list(value: int | Sequence[int] | None) -> list[int | None]:
 def plan(
     workloads: Sequence[Workload | str],
     *,
-    sizes: Sequence[str] | None = None,
+    sizes: Sequence[str] | Mapping[str, Sequence[str] | None] | None = None,
     backends: Sequence[str] = ("cpu",),
     modes: Sequence[str] | None = None,
     dtype: str = "float32",
     batch_size: int | Sequence[int] | None = None,
     seq_len: int | Sequence[int] | None = None,
+    image_size: int | Sequence[int] | None = None,
+    latent_size: int | Sequence[int] | None = None,
     gen_len: int | Sequence[int] | None = None,
     **settings: Any,
 ) -> list[RunSpec]:
     """Every combination of workload, size, backend, mode and shape, in that nesting order.
 
-    Each workload runs at its default size unless ``sizes`` names others, and in train and
-    infer modes unless ``modes`` says otherwise; sizes and modes a workload does not define
-    are skipped for it. Shapes default per device kind; a list of batch sizes, sequence
-    (prompt) lengths or generation lengths is a sweep, one run per combination (generation
-    lengths only apply to decode). ``settings`` are the remaining :class:`RunSpec` fields.
-    A prompt plus generation beyond a model's context is a ValueError.
+    Each workload runs at its default size unless ``sizes`` names others (a mapping gives
+    each workload its own; None there means the default), and in train and infer modes
+    unless ``modes`` says otherwise; sizes and modes a workload does not define are
+    skipped for it. Shapes default per device kind; a list of batch sizes, sequence
+    (prompt) lengths, image or latent sizes or generation lengths is a sweep, one run per
+    combination (generation lengths only apply to decode). A dimension applies to the
+    workloads that take it (``Workload.dims``); one that none of them takes is a
+    ValueError, as is a prompt plus generation beyond a model's context. ``settings`` are
+    the remaining :class:`RunSpec` fields.
     """
-    from workloads import MODES, get_workload  # the registry imports torch: only planning needs it
+    from workloads import MODES, get_workload, registry  # the registry imports torch: only planning needs it
 
+    chosen = [get_workload(w) if isinstance(w, str) else w for w in workloads]
+    given = {"seq_len": seq_len, "image_size": image_size, "latent_size": latent_size}
+    for name, value in given.items():
+        if value is not None and chosen and not any(name in workload.dims for workload in chosen):
+            option = "--" + name.replace("_", "-")
+            takers = ", ".join(w.name for w in registry().values() if name in w.dims) or "none"
+            raise ValueError(
+                f"{option} does not apply to {', '.join(w.name for w in chosen)}; workloads with it: {takers}"
+            )
     specs = []
-    for workload in (get_workload(w) if isinstance(w, str) else w for w in workloads):
-        for size, backend, mode in product(sizes or [workload.default_size], backends, modes or MODES):
+    for workload in chosen:
+        wanted = sizes.get(workload.name) if isinstance(sizes, Mapping) else sizes
+        for size, backend, mode in product(wanted or [workload.default_size], backends, modes or MODES):
             if size not in workload.sizes or mode not in workload.modes:
                 continue
-            shape = workload.shape_for(get_backend(backend).device_kind)
+            kind = get_backend(backend).device_kind
+            sweeps = [_as_list(value) if name in workload.dims else [None] for name, value in given.items()]
             gens = _as_list(gen_len) if mode == "decode" else [0]
-            for batch, seq, gen in product(_as_list(batch_size), _as_list(seq_len), gens):
-                prompt, generated = seq or shape.seq_len, DEFAULT_GEN_LEN if gen is None else gen
-                _check_context(workload, size, prompt, generated)
+            for batch, *dims, gen in product(_as_list(batch_size), *sweeps, gens):
+                shape = workload.shape(kind, batch, **dict(zip(given, dims, strict=True)))
+                generated = DEFAULT_GEN_LEN if gen is None else gen
+                if shape.seq_len is not None:
+                    _check_context(workload, size, shape.seq_len, generated)
                 specs.append(
                     RunSpec(
                         suite=workload.suite,
@@ -99,8 +117,8 @@ def plan(
                         backend=backend,
                         mode=mode,
                         dtype=dtype,
-                        batch_size=batch or shape.batch_size,
-                        seq_len=prompt,
+                        batch_size=shape.batch_size,
+                        **shape.dims(),
                         gen_len=generated,
                         **settings,
                     )
@@ -254,12 +272,14 @@ class Executor:
                     }
                 found[role] = torch.load(path)
         columns = verify.compare(found["reference"], found["candidate"], spec.dtype)
+        note = columns.pop("verify_note", None)
         if columns["verified"] == "mismatch":
             columns["status"] = "mismatch"
             columns["error"] = (
                 f"outputs differ from the cpu float32 reference: max relative error "
                 f"{columns['max_rel_err']:.3g} (tolerance {columns['verify_tolerance']:g})"
                 + ("; generated tokens differ" if columns["tokens_match"] is False else "")
+                + (f"; {note}" if note else "")
             )
         return columns
 
@@ -295,7 +315,7 @@ def row_for(
         "mode": spec.mode,
         "dtype": spec.dtype,
         "batch_size": spec.batch_size,
-        "seq_len": spec.seq_len,
+        **{name: getattr(spec, name) for name in DIMENSIONS},
         "gen_len": spec.gen_len,
         "warmup_min_steps": spec.warmup,
         **{key: fact[key] for key in FACT_COLUMNS},
@@ -357,7 +377,9 @@ class SuiteRunner:
             return set()
         done = store.load_runs(self.results_dir, status="ok")
         columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
-        return set(done[columns].itertuples(index=False, name=None))
+        # a dimension a row's workload does not take (or an older row lacks) is null: None, as in the spec
+        done = done[columns].astype(object).where(done[columns].notna(), None)
+        return set(done.itertuples(index=False, name=None))
 
     def open_store(self) -> InvocationWriter:
         """This invocation's writer, made on first use: its import of the store (pandas and

@@ -6,13 +6,32 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 DTYPES = ("float32", "bfloat16")
+#: a step's named input dimensions (``workloads.base.DIMENSIONS``; torch-free here) and
+#: the letter a shape label gives each: b8xs128 (tokens), b8xi224 (pixels), b8xl32 (latent)
+DIMENSIONS = {"seq_len": "s", "image_size": "i", "latent_size": "l"}
 #: the fields that identify a run for ``--resume``: also columns of the runs table
-KEY_FIELDS = ("workload", "size", "backend", "mode", "dtype", "batch_size", "seq_len", "gen_len")
+KEY_FIELDS = ("workload", "size", "backend", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len")
+
+
+def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | None = 0, *, prefix: str = "b") -> str:
+    """``b8xs128+g16``, ``b8xi224``: the batch, each set dimension by its letter, the
+    generation. ``prefix=""`` gives the compact form tables use: ``8x128+16`` for tokens
+    (the form stored rows have always been shown in), ``8xi224`` for images."""
+    parts = [f"{prefix}{batch_size}"]
+    for name, letter in DIMENSIONS.items():
+        value = dims.get(name)
+        if value is not None and value == value:  # NaN: a column the row's workload does not take
+            parts.append(f"{letter if prefix or name != 'seq_len' else ''}{int(value)}")
+    gen = f"+{'g' if prefix else ''}{int(gen_len)}" if gen_len and gen_len == gen_len else ""
+    return "x".join(parts) + gen
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One (workload, size, backend, mode, dtype, batch, seq) measurement and its settings."""
+    """One (workload, size, backend, mode, dtype, shape) measurement and its settings.
+
+    The shape is the batch and the dimensions the workload takes; the others stay None.
+    """
 
     suite: str
     workload: str
@@ -21,7 +40,9 @@ class RunSpec:
     mode: str
     dtype: str
     batch_size: int
-    seq_len: int  # for prefill and decode: the prompt length
+    seq_len: int | None = None  # text; for prefill and decode: the prompt length
+    image_size: int | None = None  # vision: pixels per side
+    latent_size: int | None = None  # diffusion: latent pixels per side
     gen_len: int = 0  # decode: output tokens per sequence, the prefill's first token included
     warmup: int = 3
     steps: int = 10
@@ -46,6 +67,10 @@ class RunSpec:
     def from_json(cls, data: dict) -> RunSpec:
         return cls(**data)
 
+    def dims(self) -> dict[str, int]:
+        """The named dimensions that are set (``workloads.Shape.dims``)."""
+        return {name: getattr(self, name) for name in DIMENSIONS if getattr(self, name) is not None}
+
     def label(self) -> str:
-        shape = f"b{self.batch_size}xs{self.seq_len}" + (f"+g{self.gen_len}" if self.gen_len else "")
+        shape = shape_label(self.batch_size, self.dims(), self.gen_len)
         return f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} {shape}"

@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from tpubench.measure import Measurement, StepRecord, make_generation_step, make
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
-from workloads import GENERATION_MODES, Workload, build, get_workload
+from workloads import GENERATION_MODES, Shape, Workload, build, get_workload
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
 BACKEND_COLUMNS = (
@@ -49,6 +49,11 @@ BACKEND_COLUMNS = (
     "compile_cache_load_failures",
     "tpu_eager_mode",
 )
+
+#: how every row's FLOPs are counted (the contract of ``Workload.flops``): analytic, from the
+#: config and shape, 2 per multiply-add; attention over the full S x S score matrix even when
+#: causal, as torchprime counts it (MaxText halves causal attention, so its MFU reads lower)
+FLOPS_SOURCE = {"flops_source": "analytic", "attention_flops": "full"}
 
 
 class Channel:
@@ -102,9 +107,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
 
     channel.send("phase", phase="build", step=0, of=1)
     dtype = getattr(torch, spec.dtype)
-    instance = build(
-        workload, spec.size, device=backend.device(), dtype=dtype, batch_size=spec.batch_size, seq_len=spec.seq_len
-    )
+    instance = build(workload, spec.size, device=backend.device(), dtype=dtype, shape=shape_of(spec))
     backend.reset_peak_memory()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -137,7 +140,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "status": "ok",
         "compile_cache": spec.compile_cache,
         "trace_path": trace_path,
-        "param_count": sum(p.numel() for p in instance.model.parameters()),
+        **parameter_columns(workload, config, instance.model),
         "warnings": run_notes(caught, measured),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
@@ -158,11 +161,28 @@ def ingest_trace(trace_path: str, profile_steps: int) -> dict[str, Any]:
     return columns
 
 
+def shape_of(spec: RunSpec) -> Shape:
+    """The run's input shape: its batch and the dimensions its workload takes."""
+    return Shape(spec.batch_size, **spec.dims())
+
+
+def parameter_columns(workload: Workload, config: Any, model: torch.nn.Module) -> dict[str, Any]:
+    """The model's unique parameter elements (a tied or shared tensor once), and for a
+    mixture of experts those each token uses (``Workload.active_params``)."""
+    active = workload.active_params(config) if workload.active_params else None
+    return {"param_count": sum(p.numel() for p in model.parameters()), "active_param_count": active}
+
+
 def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload, config: Any) -> dict[str, Any]:
-    """The memory estimate, and a ``skipped`` status when the run cannot fit on the device."""
-    estimate = workload.estimate_memory_bytes(
-        config, spec.batch_size, spec.seq_len + spec.gen_len, spec.mode, getattr(torch, spec.dtype)
-    )
+    """The memory estimate, and a ``skipped`` status when the run cannot fit on the device.
+
+    For prefill and decode the estimate's sequence is the whole static cache, prompt plus
+    generated tokens.
+    """
+    shape = shape_of(spec)
+    if spec.gen_len:
+        shape = replace(shape, seq_len=spec.seq_len + spec.gen_len)
+    estimate = workload.estimate_memory_bytes(config, shape, spec.mode, getattr(torch, spec.dtype))
     capacity = backend.memory_capacity_bytes()
     columns = {"estimated_mem_bytes": estimate, "baseline_mem_bytes": backend.memory_in_use_bytes()}
     if capacity is None or estimate <= capacity:
@@ -209,15 +229,19 @@ def throughput_columns(
 
     ``device`` is the device's name and kind, which select its peak in :mod:`tpubench.peaks`.
     ``precision`` is torch's float32 matmul precision: anything but "highest" lets float32
-    matmuls use TF32, so MFU is taken against the TF32 peak.
+    matmuls use TF32, so MFU is taken against the TF32 peak. Tokens per second only for
+    workloads with a sequence. How the FLOPs were counted goes with them (see
+    :data:`FLOPS_SOURCE`).
     """
     step_s = median_step_ms / 1e3
     flops = step_flops(workload, config, spec)
+    # decode: prompt and generated tokens per generation, like total_tokens_per_s
+    tokens = spec.batch_size * (spec.seq_len + spec.gen_len) if spec.seq_len is not None else None
     return {
         "samples_per_s": spec.batch_size / step_s,
-        # decode: prompt and generated tokens per generation, like total_tokens_per_s
-        "tokens_per_s": spec.batch_size * (spec.seq_len + spec.gen_len) / step_s,
+        "tokens_per_s": tokens / step_s if tokens is not None else None,
         "flops_per_step": flops,
+        **FLOPS_SOURCE,
         "mfu": peaks.mfu(flops, step_s, *device, spec.dtype, precision),
     }
 
@@ -245,12 +269,12 @@ def step_rows(records: list[StepRecord], timings: list[GenerationTiming], gen_le
 def step_flops(workload: Workload, config: Any, spec: RunSpec) -> float:
     """FLOPs of one measured step: a train/infer step, a prefill, or a whole generation."""
     if spec.mode == "prefill":
-        return workload.flops(config, spec.batch_size, spec.seq_len, "infer")
+        return workload.flops(config, shape_of(spec), "infer")
     if spec.mode == "decode":  # the prefill and each decode step attend over the whole static cache
         cache_len, cached_flops = spec.seq_len + spec.gen_len, workload.generation.cached_flops
         prefill = cached_flops(config, spec.batch_size, spec.seq_len, cache_len)
         return prefill + (spec.gen_len - 1) * cached_flops(config, spec.batch_size, 1, cache_len)
-    return workload.flops(config, spec.batch_size, spec.seq_len, spec.mode)
+    return workload.flops(config, shape_of(spec), spec.mode)
 
 
 def serving_columns(
@@ -291,8 +315,7 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
             spec.size,
             device=backend.device(),
             dtype=getattr(torch, spec.dtype),
-            batch_size=spec.batch_size,
-            seq_len=spec.seq_len,
+            shape=shape_of(spec),
             init_dtype=getattr(torch, spec.init_dtype or spec.dtype),
         )
         torch.save(verify.outputs(spec, backend, instance), path)

@@ -12,14 +12,16 @@ from dashboard import catalog, charts, data, ui
 
 CONFIG = (
     "run_id", "invocation_id", "started_at", "finished_at", "suite", "workload", "size", "backend", "device", "mode",
-    "dtype", "batch_size", "seq_len", "gen_len", "warmup_min_steps", "warmup_steps", "measured_steps", "tpu_eager_mode",
-    "compile_cache", "profile_steps", "verified", "max_rel_err", "verify_tolerance", "tags",
+    "dtype", "batch_size", "seq_len", "image_size", "latent_size", "gen_len", "warmup_min_steps", "warmup_steps",
+    "measured_steps", "tpu_eager_mode", "compile_cache", "profile_steps", "verified", "max_rel_err",
+    "verify_tolerance", "tags",
 )  # fmt: skip
 RESULTS = (
     "median_step_ms", "p10_step_ms", "p90_step_ms", "mean_step_ms", "std_step_ms", "ci_low_step_ms",
-    "ci_high_step_ms", "median_host_ms", "samples_per_s", "tokens_per_s", "mfu", "flops_per_step", "first_step_s",
-    "compile_count", "compile_s", "recompiles_after_warmup", "peak_mem_bytes", "estimated_mem_bytes",
-    "param_count", "worker_wall_s", "device_wait_s", "host_load_1m", "host_other_cpu_share",
+    "ci_high_step_ms", "median_host_ms", "samples_per_s", "tokens_per_s", "mfu", "flops_per_step", "flops_source",
+    "attention_flops", "first_step_s", "compile_count", "compile_s", "recompiles_after_warmup", "peak_mem_bytes",
+    "estimated_mem_bytes", "param_count", "active_param_count", "worker_wall_s", "device_wait_s", "host_load_1m",
+    "host_other_cpu_share",
 )  # fmt: skip
 ENVIRONMENT = (
     "host", "ray_node_id", "cpu_model", "device_count", "python_executable", "python_version", "torch_version",

@@ -24,8 +24,10 @@ import pandas as pd
 import ruptures
 from scipy import stats
 
+from tpubench.spec import DIMENSIONS
+
 #: what makes a series: one configuration measured over time
-SERIES_KEYS = ("workload", "size", "mode", "dtype", "backend", "device", "batch_size", "seq_len", "gen_len")
+SERIES_KEYS = ("workload", "size", "mode", "dtype", "backend", "device", "batch_size", *DIMENSIONS, "gen_len")
 #: metrics where a larger value is worse
 LOWER_IS_BETTER = ("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes")
 

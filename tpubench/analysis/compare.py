@@ -41,9 +41,10 @@ import pandas as pd
 from scipy import stats
 
 from tpubench.hostload import BUSY_SHARE
+from tpubench.spec import DIMENSIONS
 
 #: what two runs must share to be compared
-PAIR_KEYS = ("workload", "size", "mode", "dtype", "batch_size", "seq_len", "gen_len")
+PAIR_KEYS = ("workload", "size", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len")
 #: also shared, unless the two selections have none in common (GPU against TPU)
 SIDE_KEYS = ("backend", "device")
 #: statuses that measured nothing: left out of comparisons

@@ -25,6 +25,7 @@ from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.spec import shape_label
 from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
@@ -95,7 +96,7 @@ def _number(value: Any, digits: int = 2) -> str:
 
 
 def _config(row: dict[str, Any]) -> str:
-    shape = f"{row['batch_size']}x{row['seq_len']}" + (f"+{row['gen_len']}" if row.get("gen_len") else "")
+    shape = shape_label(row["batch_size"], row, row.get("gen_len"), prefix="")
     return f"{row['workload']}/{row['size']} {row['mode']} {row['dtype']} {shape}"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -16,6 +16,10 @@ from tpubench.fingerprint import git_sha, host_facts
 from tpubench.launchers import ray as ray_launcher
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
+from tpubench.spec import shape_label
+
+if TYPE_CHECKING:
+    from workloads import Workload
 
 
 @app.command("list")
@@ -23,19 +27,21 @@ def list_workloads(
     suite: Annotated[str | None, typer.Option(help="Only this suite's workloads.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List the workloads with their suite, family, sizes, modes and default shapes."""
+    """List the workloads with their suites, family, sizes, modes and default shapes, and
+    each size's parameter count (counted on the meta device) beside the published one."""
     entries = [
         {
             "name": w.name,
             "suite": w.suite,
+            "suites": list(w.suites),
             "family": w.family,
             "description": w.description,
             "sizes": list(w.sizes),
             "default_size": w.default_size,
             "modes": list(w.modes),
-            "default_shape": {
-                kind: {"batch_size": s.batch_size, "seq_len": s.seq_len} for kind, s in w.default_shape.items()
-            },
+            "dims": list(w.dims),
+            "default_shape": {kind: {"batch_size": s.batch_size, **s.dims()} for kind, s in w.default_shape.items()},
+            "size_details": [size_entry(w, size) for size in w.sizes],
         }
         for w in select_workloads(suite, None)
     ]
@@ -43,13 +49,59 @@ def list_workloads(
         print(json.dumps(entries, indent=2))
         return
     table = Table(title="tpubench workloads")
-    for header in ("workload", "suite", "family", "sizes (default*)", "modes", "batch x seq (cpu / cuda / tpu)"):
+    for header in ("workload", "suites", "family", "sizes (default*)", "modes", "default shape (cpu / cuda / tpu)"):
         table.add_column(header)
     for entry in entries:
         sizes = ", ".join(f"{s}*" if s == entry["default_size"] else s for s in entry["sizes"])
-        shapes = " / ".join(f"{s['batch_size']}x{s['seq_len']}" for s in entry["default_shape"].values())
-        table.add_row(entry["name"], entry["suite"], entry["family"], sizes, ", ".join(entry["modes"]), shapes)
+        shapes = " / ".join(shape_label(s.pop("batch_size"), s, prefix="") for s in entry["default_shape"].values())
+        suites = ", ".join(entry["suites"])
+        table.add_row(entry["name"], suites, entry["family"], sizes, ", ".join(entry["modes"]), shapes)
     console.print(table)
+    console.print(sizes_table(entries))
+
+
+def size_entry(workload: Workload, size: str) -> dict[str, Any]:
+    """One size: its suites, its parameter count built on the meta device (no memory, no
+    init), and the published figure with its source where the size has one."""
+    import torch
+
+    config = workload.config(size)
+    with torch.device("meta"):
+        model = workload.build_model(config)
+    published = workload.published.get(size)
+    return {
+        "size": size,
+        "suites": list(workload.suites_of(size)),
+        "params": sum(p.numel() for p in model.parameters()),
+        "active_params": workload.active_params(config) if workload.active_params else None,
+        "published_params": published.params if published else None,
+        "published_active_params": published.active_params if published else None,
+        "published_source": published.source if published else None,
+    }
+
+
+def sizes_table(entries: list[dict[str, Any]]) -> Table:
+    """Every size's parameters next to the published figure, and where that comes from."""
+    table = Table(title="sizes: parameters (unique tensors) and the published figure")
+    for header in ("workload", "size", "suites", "parameters", "published", "source"):
+        table.add_column(header, justify="right" if header in ("parameters", "published") else "left")
+    for entry in entries:
+        for detail in entry["size_details"]:
+            params = f"{detail['params']:,}" + (
+                f" ({detail['active_params']:,} active)" if detail["active_params"] is not None else ""
+            )
+            published = f"{detail['published_params']:,}" if detail["published_params"] is not None else "-"
+            if detail["published_active_params"] is not None:
+                published += f" ({detail['published_active_params']:,} active)"
+            table.add_row(
+                entry["name"],
+                detail["size"],
+                ", ".join(detail["suites"]),
+                params,
+                published,
+                detail["published_source"] or "",
+            )
+    return table
 
 
 @app.command("env")

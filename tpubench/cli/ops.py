@@ -22,6 +22,7 @@ from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, SOURCES
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.spec import shape_label
 from tpubench.store import StoreError
 from tpubench.traces import TraceError, ingest, locate
 
@@ -56,7 +57,7 @@ def _value(run: dict[str, Any], key: str) -> Any:
 def _label(run: dict[str, Any]) -> str:
     return (
         f"{run['workload']}/{run['size']} {run['backend']} {run['mode']} {run['dtype']} "
-        f"b{run['batch_size']}xs{run['seq_len']}"
+        f"{shape_label(run['batch_size'], run, run.get('gen_len'))}"
     )
 
 

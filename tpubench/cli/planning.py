@@ -55,6 +55,7 @@ class Choice:
     backends: list[str]  # empty: every backend (the caller keeps the available ones)
     modes: list[str]
     sizes: list[str]
+    suite: str | None = None  # without --size, a suite of sizes (mlperf) picks each workload's own
 
 
 def choose_runs(
@@ -74,15 +75,24 @@ def choose_runs(
     choose("dtype", [dtype], list(DTYPES))
     all_sizes = list(dict.fromkeys(size for workload in chosen for size in workload.sizes))
     chosen_sizes = choose("size", [s.strip() for item in sizes or [] for s in item.split(",")], all_sizes)
-    return Choice(workloads=chosen, backends=chosen_backends, modes=chosen_modes, sizes=chosen_sizes)
+    return Choice(workloads=chosen, backends=chosen_backends, modes=chosen_modes, sizes=chosen_sizes, suite=suite)
 
 
 def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
-    """:func:`tpubench.runner.plan` over ``choice``; a shape it refuses is bad input."""
+    """:func:`tpubench.runner.plan` over ``choice``; a shape it refuses is bad input.
+
+    Without ``--size``, ``--suite`` runs each workload at the sizes the suite tags
+    (``--suite mlperf``: those matching an MLPerf reference), or its default size.
+    """
+    from workloads import suite_sizes
+
+    sizes: list[str] | dict[str, list[str] | None] = choice.sizes
+    if choice.suite and not sizes:
+        sizes = {w.name: suite_sizes(choice.suite, w) for w in choice.workloads}
     try:
         return plan(
             choice.workloads,
-            sizes=choice.sizes,
+            sizes=sizes,
             backends=choice.backends or list(BACKENDS),
             modes=choice.modes,
             **options,

@@ -80,7 +80,15 @@ def run(
     batch_size: Annotated[
         str | None, typer.Option(help="Batch size(s), e.g. 8 or 1,8,32 (default: per device).")
     ] = None,
-    seq_len: Annotated[str | None, typer.Option(help="Sequence length(s); for prefill/decode the prompt.")] = None,
+    seq_len: Annotated[
+        str | None, typer.Option(help="Sequence length(s) of text workloads; for prefill/decode the prompt.")
+    ] = None,
+    image_size: Annotated[
+        str | None, typer.Option(help="Image size(s) in pixels per side for vision workloads, e.g. 224 or 64,224.")
+    ] = None,
+    latent_size: Annotated[
+        str | None, typer.Option(help="Latent size(s) per side for diffusion workloads (256 px images: 32).")
+    ] = None,
     prompt_len: Annotated[str | None, typer.Option(help="Prompt length(s) for prefill/decode (= --seq-len).")] = None,
     gen_len: Annotated[str | None, typer.Option(help="Output tokens per sequence for decode, e.g. 128.")] = None,
     dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
@@ -133,6 +141,8 @@ def run(
         dtype=dtype,
         batch_size=batch_sizes,
         seq_len=seq_lens,
+        image_size=int_list("--image-size", image_size),
+        latent_size=int_list("--latent-size", latent_size),
         gen_len=gen_lens,
         warmup=warmup,
         steps=steps,

@@ -1,0 +1,26 @@
+"""Run shapes as text: the batch and each named dimension a row has, for every table and chart.
+
+One function for a whole frame, so the CLI, the reports and the dashboard label a shape
+alike: ``4x128+16`` (batch x tokens + generated), ``8xi224`` (pixels per side), ``2xl32``
+(latent pixels per side); with ``prefix="b"`` the form run labels use, ``b4xs128+g16``.
+A dimension a row's workload does not take is null, and left out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tpubench.spec import DIMENSIONS
+
+
+def shape_labels(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
+    """Each row's shape, as :func:`tpubench.spec.shape_label` writes it (vectorised)."""
+    label = prefix + pd.to_numeric(frame["batch_size"]).astype("Int64").astype("string")
+    for name, letter in DIMENSIONS.items():
+        if name not in frame:  # a frame from before the dimension existed
+            continue
+        values = pd.to_numeric(frame[name]).astype("Int64").astype("string")
+        tag = "" if name == "seq_len" and not prefix else letter
+        label = label.where(values.isna(), label + "x" + tag + values)
+    gen = pd.to_numeric(frame["gen_len"]).fillna(0).astype("Int64")
+    return label.where(gen == 0, label + "+" + ("g" if prefix else "") + gen.astype("string"))
