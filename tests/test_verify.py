@@ -60,6 +60,24 @@ def test_a_backend_that_computes_something_else_is_a_mismatch(
     assert store.load_runs(results_dir).status.tolist() == ["mismatch"]
 
 
+def test_a_backend_that_unties_shared_weights_fails_train_verification(fault_backends: None, results_dir: Path) -> None:
+    """The first loss is identical (same weights); the parameter count and the later steps are not."""
+    row = run(results_dir, "cpu-untied", "train")
+    assert row["status"] == "mismatch" and row["verified"] == "mismatch"
+    assert "1052160 parameter elements against the reference's 790016" in row["error"]
+    assert row["max_rel_err"] > 0  # the losses drift once the two copies are updated apart
+
+
+def test_train_verification_compares_the_loss_over_three_steps() -> None:
+    reference = {"loss": torch.tensor([7.0, 6.9, 6.8, 6.7]), "param_count": torch.tensor([10])}
+    drifted = {"loss": torch.tensor([7.0, 6.9, 6.8, 6.6]), "param_count": torch.tensor([10])}
+    assert verify.compare(reference, drifted, "float32")["verified"] == "mismatch"
+    untied = {"loss": reference["loss"], "param_count": torch.tensor([12])}
+    columns = verify.compare(reference, untied, "float32")
+    assert columns["verified"] == "mismatch" and columns["max_rel_err"] == 0.0
+    assert columns["verify_note"] == "12 parameter elements against the reference's 10 (shared weights untied?)"
+
+
 @pytest.mark.parametrize(("backend", "mode"), [("cpu", "train"), ("cpu-compile", "prefill")])
 def test_correct_backends_match(results_dir: Path, backend: str, mode: str) -> None:
     row = run(results_dir, backend, mode)

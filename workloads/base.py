@@ -284,18 +284,13 @@ def to_device(model: nn.Module, device: torch.device) -> nn.Module:
     ``Module.to`` gives each module its own new ``Parameter`` wherever the tensor type
     changes (a CPU tensor becoming an XLA one), so a tied LM head came out of the move as a
     second matrix: on ``xla`` gpt2 tiny had 29 parameters (1,052,160 elements) against 28
-    (790,016) on the CPU, and training updated two matrices where the model has one. Each
-    module that shared a parameter before the move gets the moved parameter of the module
-    that held it first.
+    (790,016) on the CPU, and training updated two matrices where the model has one.
+    Swapping each parameter's contents in place instead keeps every ``Parameter`` object,
+    so a tie (one object held by two modules) survives, and a shared tensor moves once.
     """
-    first: dict[int, tuple[nn.Module, str]] = {}
-    ties: list[tuple[nn.Module, str, nn.Module, str]] = []
-    for module in model.modules():
-        for name, parameter in module.named_parameters(recurse=False):
-            owner = first.setdefault(id(parameter), (module, name))
-            if owner != (module, name):
-                ties.append((module, name, *owner))
-    model = model.to(device)
-    for module, name, owner, owner_name in ties:
-        setattr(module, name, getattr(owner, owner_name))
-    return model
+    previous = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        return model.to(device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(previous)
