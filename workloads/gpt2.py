@@ -77,12 +77,13 @@ class GPT2(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-_HF = "Hugging Face transformers GPT2Config, unique parameters of GPT2LMHeadModel"
+#: OpenAI's checkpoints as Hugging Face counts them (GPT2LMHeadModel, LM head tied); the
+#: paper's own figures (117M, 345M, 762M, 1542M) were rounded from an earlier count
 PUBLISHED = {
-    "124m": Published(124_439_808, f"Radford et al. 2019 (117M as first stated); {_HF} 'gpt2'"),
-    "355m": Published(354_823_168, f"Radford et al. 2019 (345M as first stated); {_HF} 'gpt2-medium'"),
-    "774m": Published(774_030_080, f"Radford et al. 2019 (762M as first stated); {_HF} 'gpt2-large'"),
-    "1.5b": Published(1_557_611_200, f"Radford et al. 2019 (1542M as first stated); {_HF} 'gpt2-xl'"),
+    "124m": Published(124_439_808, "Radford et al. 2019; HF openai-community/gpt2"),
+    "355m": Published(354_823_168, "Radford et al. 2019; HF openai-community/gpt2-medium"),
+    "774m": Published(774_030_080, "Radford et al. 2019; HF openai-community/gpt2-large"),
+    "1.5b": Published(1_557_611_200, "Radford et al. 2019; HF openai-community/gpt2-xl"),
 }
 
 WORKLOAD = llm.decoder_workload(
