@@ -87,6 +87,7 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     path = next((mixed / "runs").glob("date=*/*.parquet"))
     table = pq.read_table(path)
     newer = ["host_other_cpu_share", "device_wait_s", "finished_at", "chip_wait_s", "host_load_1m"]
+    newer += ["image_size", "latent_size", "flops_source", "attention_flops", "active_param_count"]  # issue 24
     old = table.drop_columns([c for c in newer if c in table.column_names])
     old = old.set_column(
         old.column_names.index("schema_version"), "schema_version", pa.array([0] * len(old), pa.int32())
@@ -94,8 +95,16 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     pq.write_table(old, path)
     runs = store.load_runs(mixed)
     assert set(runs["schema_version"]) == {0, 1} and runs["host_other_cpu_share"].isna().sum() == 1
+    assert runs["image_size"].isna().all() and runs["flops_source"].isna().sum() == 1
     done = tpubench("compare --baseline tag.side=a --candidate tag.side=b --json --results", str(mixed))
     assert done.returncode == 0, done.stderr
+    assert {row["verdict"] for row in json.loads(done.stdout)["comparison"]} != {None}  # the old row paired
+    # --resume finds the old row's run done (the only one tagged side=old): its missing
+    # dimensions load as null, which must match the spec's None
+    tags = old.column_names.index("tags")
+    pq.write_table(old.set_column(tags, "tags", pa.array(['{"side": "old"}'] * len(old))), path)
+    resumed = tpubench(f"run {TINY} --batch-size 2 --tag side=old --resume --results", str(mixed))
+    assert resumed.returncode == 0 and "--resume: skipped 1 run(s)" in resumed.stdout, resumed.stdout
 
 
 def test_gpu_against_tpu_through_the_same_command(two_sides, tmp_path):

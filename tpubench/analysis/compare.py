@@ -157,8 +157,11 @@ def _timed(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _groups(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, pd.DataFrame]:
+    """``runs`` by ``keys``; a null key value (a dimension the workload does not take) is None,
+    so that the same configuration finds itself in another frame (NaN equals nothing)."""
     return {
-        (key if isinstance(key, tuple) else (key,)): group for key, group in runs.groupby(keys, dropna=False, sort=True)
+        tuple(None if pd.isna(value) else value for value in (key if isinstance(key, tuple) else (key,))): group
+        for key, group in runs.groupby(keys, dropna=False, sort=True)
     }
 
 
@@ -264,6 +267,8 @@ def _compare_pair(
             if step_row is None:
                 continue
             found = _throughput(base_ok, test_ok, step_row, metric)
+            if found is None:
+                continue
         else:
             found = run_verdict(_run_values(base_ok, metric), _run_values(test_ok, metric), metric)
             if found is None:
@@ -523,10 +528,12 @@ def _over_runs(runs: list[np.ndarray], quantile: float) -> float:
     return float(np.median(_run_statistics(runs, quantile)))
 
 
-def _throughput(base: pd.DataFrame, test: pd.DataFrame, step: dict[str, Any], metric: Metric) -> dict[str, Any]:
+def _throughput(base: pd.DataFrame, test: pd.DataFrame, step: dict[str, Any], metric: Metric) -> dict[str, Any] | None:
     """Throughput is tokens per step ÷ the step time, so its values, ratio, CI and verdict mirror
-    step time's (the same statistic, inverted)."""
+    step time's (the same statistic, inverted). None for workloads without tokens (images)."""
     column = "output_tokens_per_s" if (base["mode"] == "decode").all() else metric.column
+    if base[column].isna().all() and test[column].isna().all():
+        return None
 
     def tokens_per_step(runs: pd.DataFrame) -> float | None:
         per_step = runs[column] * runs["median_step_ms"] / 1000

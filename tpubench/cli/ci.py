@@ -89,7 +89,11 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     spreads = compare.baseline_spread(base.runs, base.steps, settings)
     keys = [*compare.PAIR_KEYS, "backend"]
     planned = {tuple(getattr(spec, key) for key in keys) for spec in specs}
-    tonight = [tuple(row) in planned for row in spreads[keys].itertuples(index=False)]
+    # a dimension the workload does not take is NaN in the frame and None in the spec
+    tonight = [
+        tuple(None if value != value else value for value in row) in planned
+        for row in spreads[keys].itertuples(index=False)
+    ]
     spreads = spreads[tonight].dropna(subset=["spread"])
     if spreads.empty:
         return FIRST_NIGHT_ROUNDS, "the baseline has no configuration of tonight's with 3 ok runs"
