@@ -164,3 +164,13 @@ def test_every_dashboard_page_labels_the_image_size(results: Path, monkeypatch: 
     said = "\n".join(shown)
     expected = {"Overview": "2xi", "Compare": "2xi16", "Trends": "2xi", "Run details": "image_size"}[page]
     assert expected in said, said[:2000]
+
+
+def test_an_image_too_large_for_the_device_is_refused_with_its_estimate(tmp_path: Path) -> None:
+    """The memory check asks the workload for its estimate at the run's Shape, image or text alike."""
+    results = tmp_path / "results"
+    done = tpubench(f"run {VISION} --mode train --image-size 100000 --results", str(results), env=SHAPES)
+    assert done.returncode == 0, done.stderr
+    [row] = store.load_runs(results).to_dict("records")
+    assert row["status"] == "skipped" and row["image_size"] == 100000
+    assert "GiB exceeds the" in row["error"] and row["estimated_mem_bytes"] > 2**40
