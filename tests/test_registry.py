@@ -61,6 +61,19 @@ def test_an_image_workload_builds_at_its_image_size(shape_workloads: None) -> No
     assert workloads.suites()["toys"] == ["toy-vision", "toy-latent"]
 
 
+@pytest.mark.parametrize("backend", ["cpu", "cpu-compile"])
+def test_each_backend_runs_the_cpu_builds_parameters(backend: str) -> None:
+    """What a run counts (``param_count``): the prepared model on the backend's device; xla in
+    test_xla. TorchTPU's ``tpu`` device cannot be built on without a chip."""
+    from tpubench.backends import get_backend
+
+    chosen = get_backend(backend)
+    prepared = chosen.prepare(workloads.load("gpt2", "tiny", device=chosen.device()).model)
+    model = getattr(prepared, "_orig_mod", prepared)  # torch.compile's wrapper holds the model's parameters
+    assert model.lm_head.weight is model.token_embedding.weight
+    assert sum(p.numel() for p in prepared.parameters()) == 790_016
+
+
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_moving_a_model_keeps_its_tied_lm_head_tied(device: str) -> None:
     """``Module.to`` gives every module its own new Parameter where the tensor type changes

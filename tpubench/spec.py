@@ -17,7 +17,7 @@ def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | Non
     """``b8xs128+g16``, ``b8xi224``: the batch, each set dimension by its letter, the
     generation. ``prefix=""`` gives the compact form tables use: ``8x128+16`` for tokens
     (the form stored rows have always been shown in), ``8xi224`` for images."""
-    parts = [f"{prefix}{batch_size}"]
+    parts = [f"{prefix}{int(batch_size)}"]  # a stored row's ints may come back as floats
     for name, letter in DIMENSIONS.items():
         value = dims.get(name)
         if value is not None and value == value:  # NaN: a column the row's workload does not take
