@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -22,12 +22,35 @@ DEVICE_KINDS = ("cpu", "cuda", "tpu")
 Batch = dict[str, torch.Tensor]
 
 
+#: the named dimensions a step's input can have besides its batch, in the order labels show them
+DIMENSIONS = ("seq_len", "image_size", "latent_size")
+
+
 @dataclass(frozen=True)
 class Shape:
-    """The per-device-kind defaults a workload runs at unless the user overrides them."""
+    """One step's input: the batch and the workload's named dimensions.
+
+    A workload takes only some dimensions (``Workload.dims``); the others stay None, so a
+    stored row says which kind of input it measured (tokens, pixels or latent pixels).
+    """
 
     batch_size: int
-    seq_len: int
+    seq_len: int | None = None  # text: tokens per sequence (prefill/decode: the prompt)
+    image_size: int | None = None  # vision: pixels per side of a square image
+    latent_size: int | None = None  # diffusion: latent pixels per side (a 256 px image -> 32)
+
+    def dims(self) -> dict[str, int]:
+        """The named dimensions that are set, without ``batch_size``."""
+        return {name: getattr(self, name) for name in DIMENSIONS if getattr(self, name) is not None}
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published parameter count for one size, and where it comes from."""
+
+    params: int  # unique parameter elements (tied or shared tensors once)
+    source: str  # e.g. "He et al. 2015; torchvision resnet50 (25,557,032)"
+    active_params: int | None = None  # MoE: parameters touched per token
 
 
 @dataclass(frozen=True)
@@ -56,26 +79,45 @@ class Workload:
 
     ``sizes`` maps a size name (``tiny``, ``124m``...) to the config object that
     ``build_model`` takes. ``loss`` runs the model on a batch and returns a scalar loss;
-    ``forward`` runs inference. ``flops`` is the analytic count for one step, checked
-    against ``torch.utils.flop_counter`` in the tests.
+    ``forward`` runs inference. ``flops`` is the analytic count for one step (2 FLOPs per
+    multiply-add, train = 3 x forward, attention over the full S x S), checked against
+    ``torch.utils.flop_counter`` on the meta device in the tests. ``make_batch``, ``flops``
+    and ``estimate_memory_bytes`` take a :class:`Shape` holding the dimensions in ``dims``.
+
+    ``suites`` are tags, the first the primary one (stored with each row); ``size_suites``
+    adds tags to single sizes (``{"8b": ("mlperf",)}``: the sizes matching an MLPerf
+    reference model). ``published`` holds the published parameter count of real sizes.
     """
 
     name: str
-    suite: str
+    suites: tuple[str, ...]
     family: str
     description: str
     sizes: Mapping[str, Any]
     default_size: str
     default_shape: Mapping[str, Shape]
     build_model: Callable[[Any], nn.Module]
-    make_batch: Callable[[Any, int, int, torch.Generator], Batch]
+    make_batch: Callable[[Any, Shape, torch.Generator], Batch]
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     forward: Callable[[nn.Module, Batch], Any]
-    flops: Callable[[Any, int, int, str], float]
-    estimate_memory_bytes: Callable[[Any, int, int, str, torch.dtype], int]
+    flops: Callable[[Any, Shape, str], float]
+    estimate_memory_bytes: Callable[[Any, Shape, str, torch.dtype], int]
+    dims: tuple[str, ...] = ("seq_len",)
     modes: tuple[str, ...] = MODES
     max_seq_len: Callable[[Any], int] = field(default=lambda config: 2**31)
     generation: Generation | None = None
+    published: Mapping[str, Published] = field(default_factory=dict)
+    size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    active_params: Callable[[Any], int] | None = None  # MoE: parameters active per token
+
+    @property
+    def suite(self) -> str:
+        """The primary suite, the one a row stores."""
+        return self.suites[0]
+
+    def suites_of(self, size: str) -> tuple[str, ...]:
+        """Every suite ``size`` belongs to: the workload's, then the size's own."""
+        return self.suites + tuple(s for s in self.size_suites.get(size, ()) if s not in self.suites)
 
     def config(self, size: str) -> Any:
         if size not in self.sizes:
@@ -84,6 +126,18 @@ class Workload:
 
     def shape_for(self, device_kind: str) -> Shape:
         return self.default_shape.get(device_kind, self.default_shape["cpu"])
+
+    def shape(self, device_kind: str, batch_size: int | None = None, **dims: int | None) -> Shape:
+        """The device kind's default shape with the given overrides (None keeps the default).
+
+        A dimension this workload does not take is a ValueError, never silently ignored.
+        """
+        default = self.shape_for(device_kind)
+        given = {name: value for name, value in dims.items() if value is not None}
+        if unknown := [name for name in given if name not in self.dims]:
+            takes = ", ".join(self.dims) or "no dimension but the batch"
+            raise ValueError(f"workload {self.name!r} takes {takes}, not {', '.join(unknown)}")
+        return replace(default, batch_size=batch_size or default.batch_size, **given)
 
 
 @dataclass
@@ -94,8 +148,15 @@ class Instance:
     size: str
     model: nn.Module
     batch: Batch
-    batch_size: int
-    seq_len: int
+    shape: Shape
+
+    @property
+    def batch_size(self) -> int:
+        return self.shape.batch_size
+
+    @property
+    def seq_len(self) -> int | None:
+        return self.shape.seq_len
 
     def loss(self) -> torch.Tensor:
         return self.workload.loss(self.model, self.batch)
@@ -172,41 +233,69 @@ def build(
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    shape: Shape | None = None,
     batch_size: int | None = None,
     seq_len: int | None = None,
+    image_size: int | None = None,
+    latent_size: int | None = None,
     seed: int = 0,
     init_dtype: torch.dtype | None = None,
 ) -> Instance:
     """Build ``workload`` at ``size`` on ``device``: random weights, seeded synthetic data.
 
-    The model is built on the CPU from a fixed seed and then moved, so every backend
-    starts from bit-identical weights and inputs. Weights are created and drawn directly
-    in ``init_dtype`` (default: ``dtype``) and then cast to ``dtype``: building in float32
-    and casting afterwards would make an 8B bfloat16 model peak at three times its size.
-    ``--verify``'s float32 reference passes the candidate's dtype as ``init_dtype``, so
-    it computes with exactly the candidate's weights.
+    The shape is ``shape``, else the device kind's default with any of ``batch_size``,
+    ``seq_len``, ``image_size``, ``latent_size`` overriding it. The model is built on the
+    CPU from a fixed seed and then moved, so every backend starts from bit-identical
+    weights and inputs. Weights are created and drawn directly in ``init_dtype`` (default:
+    ``dtype``) and then cast to ``dtype``: building in float32 and casting afterwards
+    would make an 8B bfloat16 model peak at three times its size. ``--verify``'s float32
+    reference passes the candidate's dtype as ``init_dtype``, so it computes with exactly
+    the candidate's weights.
     """
     size = size or workload.default_size
     config = workload.config(size)
     device = torch.device(device)
-    shape = workload.shape_for(device.type if device.type in DEVICE_KINDS else "tpu")
-    batch_size = batch_size or shape.batch_size
-    seq_len = seq_len or shape.seq_len
-    if seq_len > workload.max_seq_len(config):
+    if shape is None:
+        kind = device.type if device.type in DEVICE_KINDS else "tpu"
+        overrides = {"seq_len": seq_len, "image_size": image_size, "latent_size": latent_size}
+        shape = workload.shape(kind, batch_size, **overrides)
+    if shape.seq_len is not None and shape.seq_len > workload.max_seq_len(config):
         raise ValueError(
-            f"seq_len {seq_len} exceeds {workload.name}/{size}'s context of {workload.max_seq_len(config)}"
+            f"seq_len {shape.seq_len} exceeds {workload.name}/{size}'s context of {workload.max_seq_len(config)}"
         )
     torch.manual_seed(seed)
     with default_dtype(init_dtype or dtype):
         model = workload.build_model(config)
     model = model.to(dtype=dtype)
     generator = torch.Generator().manual_seed(seed)
-    batch = workload.make_batch(config, batch_size, seq_len, generator)
+    batch = workload.make_batch(config, shape, generator)
     return Instance(
         workload=workload,
         size=size,
-        model=model.to(device),
+        model=to_device(model, device),
         batch={k: v.to(device) for k, v in batch.items()},
-        batch_size=batch_size,
-        seq_len=seq_len,
+        shape=shape,
     )
+
+
+def to_device(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model.to(device)``, keeping tied parameters tied.
+
+    ``Module.to`` gives each module its own new ``Parameter`` wherever the tensor type
+    changes (a CPU tensor becoming an XLA one), so a tied LM head came out of the move as a
+    second matrix: on ``xla`` gpt2 tiny had 29 parameters (1,052,160 elements) against 28
+    (790,016) on the CPU, and training updated two matrices where the model has one. Each
+    module that shared a parameter before the move gets the moved parameter of the module
+    that held it first.
+    """
+    first: dict[int, tuple[nn.Module, str]] = {}
+    ties: list[tuple[nn.Module, str, nn.Module, str]] = []
+    for module in model.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            owner = first.setdefault(id(parameter), (module, name))
+            if owner != (module, name):
+                ties.append((module, name, *owner))
+    model = model.to(device)
+    for module, name, owner, owner_name in ties:
+        setattr(module, name, getattr(owner, owner_name))
+    return model

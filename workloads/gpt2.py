@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from workloads import llm
-from workloads.base import Shape
+from workloads.base import Published, Shape
 from workloads.llm import DecoderConfig
 
 
@@ -77,6 +77,14 @@ class GPT2(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+_HF = "Hugging Face transformers GPT2Config, unique parameters of GPT2LMHeadModel"
+PUBLISHED = {
+    "124m": Published(124_439_808, f"Radford et al. 2019 (117M as first stated); {_HF} 'gpt2'"),
+    "355m": Published(354_823_168, f"Radford et al. 2019 (345M as first stated); {_HF} 'gpt2-medium'"),
+    "774m": Published(774_030_080, f"Radford et al. 2019 (762M as first stated); {_HF} 'gpt2-large'"),
+    "1.5b": Published(1_557_611_200, f"Radford et al. 2019 (1542M as first stated); {_HF} 'gpt2-xl'"),
+}
+
 WORKLOAD = llm.decoder_workload(
     name="gpt2",
     family="gpt",
@@ -84,4 +92,5 @@ WORKLOAD = llm.decoder_workload(
     sizes=SIZES,
     default_shape={"cpu": Shape(4, 128), "cuda": Shape(8, 1024), "tpu": Shape(8, 1024)},
     build_model=GPT2,
+    published=PUBLISHED,
 )

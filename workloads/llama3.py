@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from workloads import llm
-from workloads.base import Shape
+from workloads.base import Published, Shape
 from workloads.llm import DecoderConfig
 
 ROPE_THETA = 500_000.0
@@ -125,6 +125,13 @@ class Llama3(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+_CARD = "Meta's model card (meta-llama/{}); = Hugging Face LlamaConfig at these dimensions"
+PUBLISHED = {
+    "1b": Published(1_235_814_400, _CARD.format("Llama-3.2-1B, 1.23B")),
+    "3b": Published(3_212_749_824, _CARD.format("Llama-3.2-3B, 3.21B")),
+    "8b": Published(8_030_261_248, _CARD.format("Llama-3.1-8B, 8.03B; MLPerf Training llama3.1_8b")),
+}
+
 WORKLOAD = llm.decoder_workload(
     name="llama3",
     family="llama",
@@ -132,4 +139,6 @@ WORKLOAD = llm.decoder_workload(
     sizes=SIZES,
     default_shape={"cpu": Shape(4, 128), "cuda": Shape(4, 2048), "tpu": Shape(4, 2048)},
     build_model=Llama3,
+    published=PUBLISHED,
+    size_suites={"8b": ("mlperf",)},  # MLPerf Training llama3.1_8b and Inference llama3.1-8b
 )

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Shape, Workload
+from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Published, Shape, Workload
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,9 @@ def init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-def make_tokens(config: DecoderConfig, batch_size: int, seq_len: int, generator: torch.Generator) -> Batch:
+def make_tokens(config: DecoderConfig, shape: Shape, generator: torch.Generator) -> Batch:
     """Uniform random token ids; targets are the inputs shifted by one, as in pre-training."""
-    tokens = torch.randint(0, config.vocab_size, (batch_size, seq_len + 1), generator=generator)
+    tokens = torch.randint(0, config.vocab_size, (shape.batch_size, shape.seq_len + 1), generator=generator)
     return {"input_ids": tokens[:, :-1].contiguous(), "targets": tokens[:, 1:].contiguous()}
 
 
@@ -82,7 +82,7 @@ def logits(model: nn.Module, batch: Batch) -> torch.Tensor:
     return model(batch["input_ids"])
 
 
-def decoder_flops(config: DecoderConfig, batch_size: int, seq_len: int, mode: str) -> float:
+def decoder_flops(config: DecoderConfig, shape: Shape, mode: str) -> float:
     """Matmul FLOPs of one step, counted the way ``torch.utils.flop_counter`` counts them.
 
     Forward: 2 FLOPs per multiply-add over every projection and the LM head, plus the two
@@ -90,7 +90,8 @@ def decoder_flops(config: DecoderConfig, batch_size: int, seq_len: int, mode: st
     the masked half too). Backward costs twice the forward. Elementwise work and the
     optimizer step are not counted, the convention MFU figures use.
     """
-    forward = cached_flops(config, batch_size, seq_len, seq_len)  # without a cache, keys are the sequence
+    # without a cache, the keys are the sequence
+    forward = cached_flops(config, shape.batch_size, shape.seq_len, shape.seq_len)
     return float(3 * forward if mode == "train" else forward)
 
 
@@ -133,7 +134,7 @@ def parameter_count(config: DecoderConfig) -> int:
 ALLOCATOR_HEADROOM = 1.15
 
 
-def estimate_memory_bytes(config: DecoderConfig, batch_size: int, seq_len: int, mode: str, dtype: torch.dtype) -> int:
+def estimate_memory_bytes(config: DecoderConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
     """What a run adds to its device at its peak, used to refuse runs that cannot fit.
 
     Tested against real peaks (``tests/test_memory.py``): it must not be below them, or a
@@ -143,6 +144,7 @@ def estimate_memory_bytes(config: DecoderConfig, batch_size: int, seq_len: int, 
     float32 logits three times over (logits, softmax, gradient). Inference keeps the
     weights, one layer's activations and the logits.
     """
+    batch_size, seq_len = shape.batch_size, shape.seq_len
     element = torch.finfo(dtype).bits // 8
     params = parameter_count(config)
     tokens = batch_size * seq_len
@@ -231,11 +233,13 @@ def decoder_workload(
     sizes: Mapping[str, DecoderConfig],
     default_shape: Mapping[str, Shape],
     build_model: Callable[[DecoderConfig], nn.Module],
+    published: Mapping[str, Published],
+    size_suites: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Workload:
     """An llm-suite workload: next-token loss on synthetic tokens, FLOPs and memory from the config."""
     return Workload(
         name=name,
-        suite="llm",
+        suites=("llm",),
         family=family,
         description=description,
         sizes=sizes,
@@ -250,4 +254,6 @@ def decoder_workload(
         max_seq_len=lambda config: config.max_seq_len,
         modes=MODES + GENERATION_MODES,
         generation=Generation(KVCache.allocate, prefill, decode, cached_flops, decode_bytes),
+        published=published,
+        size_suites=size_suites or {},
     )
