@@ -49,10 +49,10 @@ SIZES = {
     "large": BertConfig(n_layer=24, n_head=16, d_model=1024, d_ff=4096),
 }
 
-_SOURCE = "Devlin et al. 2018 (110M / 340M with heads); Hugging Face BertModel ({}) with its pooler"
+_SOURCE = "Devlin et al. 2018; HF google-bert/bert-{}-uncased BertModel, pooler included"
 PUBLISHED = {
-    "base": Published(109_482_240, _SOURCE.format("BertConfig(), google-bert/bert-base-uncased")),
-    "large": Published(335_141_888, _SOURCE.format("google-bert/bert-large-uncased") + "; MLPerf bert (340M)"),
+    "base": Published(109_482_240, _SOURCE.format("base")),
+    "large": Published(335_141_888, _SOURCE.format("large") + "; MLPerf bert"),
 }
 
 

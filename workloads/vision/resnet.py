@@ -46,10 +46,10 @@ SIZES = {
     "152": ResNetConfig("bottleneck", (3, 8, 36, 3)),
 }
 
-_SOURCE = "He et al. 2015, v1.5; torchvision resnet{0} and Hugging Face ResNetConfig (microsoft/resnet-{0}) agree"
+_SOURCE = "He et al. 2015 (v1.5); torchvision resnet{0}; HF microsoft/resnet-{0}"
 PUBLISHED = {
     "18": Published(11_689_512, _SOURCE.format(18)),
-    "50": Published(25_557_032, _SOURCE.format(50) + "; MLPerf resnet50-v1.5 (25.6M)"),
+    "50": Published(25_557_032, _SOURCE.format(50) + "; MLPerf resnet50-v1.5"),
     "101": Published(44_549_160, _SOURCE.format(101)),
     "152": Published(60_192_808, _SOURCE.format(152)),
 }

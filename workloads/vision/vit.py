@@ -46,7 +46,7 @@ SIZES = {
     "l16": ViTConfig(n_layer=24, n_head=16, d_model=1024, d_ff=4096),
 }
 
-_SOURCE = "Dosovitskiy et al. 2020; torchvision vit_{}_16 and Hugging Face ViTConfig (google/vit-{}-patch16-224) agree"
+_SOURCE = "Dosovitskiy et al. 2020; torchvision vit_{}_16; HF google/vit-{}-patch16-224"
 PUBLISHED = {
     "b16": Published(86_567_656, _SOURCE.format("b", "base")),
     "l16": Published(304_326_632, _SOURCE.format("l", "large")),
