@@ -101,7 +101,7 @@ def test_llama3_uses_grouped_query_attention_and_swiglu() -> None:
 
 def test_unknown_names_list_the_valid_choices() -> None:
     with pytest.raises(KeyError, match="valid: gpt2, llama3"):
-        workloads.get_workload("bert")
+        workloads.get_workload("t5")
     with pytest.raises(KeyError, match="valid: tiny, 1b, 3b, 8b"):
         workloads.get_workload("llama3").config("124m")
 

@@ -26,13 +26,13 @@ from workloads.base import (
     Workload,
     build,
 )
+from workloads.encoder import bert
+from workloads.vision import resnet, vit
 
 # ---- issue 24: the standard models register here, one line each, once their modules exist:
 #   from workloads.diffusion import dit
-#   from workloads.encoder import bert
 #   from workloads.moe import mixtral
-#   from workloads.vision import resnet, vit
-# and in _BUILTIN below: resnet.WORKLOAD, vit.WORKLOAD, bert.WORKLOAD, mixtral.WORKLOAD, dit.WORKLOAD
+# and in _BUILTIN below: mixtral.WORKLOAD, dit.WORKLOAD
 # ---- end of the issue 24 registration spot
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "suites",
 ]
 
-_BUILTIN = (gpt2.WORKLOAD, llama3.WORKLOAD)  # issue 24: + resnet, vit, bert, mixtral, dit (see above)
+_BUILTIN = (gpt2.WORKLOAD, llama3.WORKLOAD, resnet.WORKLOAD, vit.WORKLOAD, bert.WORKLOAD)  # + mixtral, dit
 PLUGIN_ENV = "TPUBENCH_WORKLOAD_MODULES"
 
 

@@ -1,0 +1,1 @@
+"""Bidirectional text encoders (BERT)."""

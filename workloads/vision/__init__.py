@@ -1,0 +1,1 @@
+"""Image classifiers: a convolutional network (ResNet) and a vision transformer (ViT)."""
