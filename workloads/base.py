@@ -24,10 +24,27 @@ Batch = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class Shape:
-    """The per-device-kind defaults a workload runs at unless the user overrides them."""
+    """STUB (contract-24): one step's input: the batch and the workload's named dimensions."""
 
     batch_size: int
-    seq_len: int
+    seq_len: int | None = None
+    image_size: int | None = None
+    latent_size: int | None = None
+
+    def dims(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in DIMENSIONS if getattr(self, name) is not None}
+
+
+DIMENSIONS = ("seq_len", "image_size", "latent_size")
+
+
+@dataclass(frozen=True)
+class Published:
+    """STUB (contract-24): a published parameter count for one size, and where it comes from."""
+
+    params: int
+    source: str
+    active_params: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,21 +78,26 @@ class Workload:
     """
 
     name: str
-    suite: str
     family: str
     description: str
     sizes: Mapping[str, Any]
     default_size: str
     default_shape: Mapping[str, Shape]
     build_model: Callable[[Any], nn.Module]
-    make_batch: Callable[[Any, int, int, torch.Generator], Batch]
+    make_batch: Callable[..., Batch]
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     forward: Callable[[nn.Module, Batch], Any]
-    flops: Callable[[Any, int, int, str], float]
-    estimate_memory_bytes: Callable[[Any, int, int, str, torch.dtype], int]
+    flops: Callable[..., float]
+    estimate_memory_bytes: Callable[..., int]
+    suites: tuple[str, ...] = ()
+    suite: str | None = None  # STUB: the old single suite, kept so gpt2/llama3 still build here
+    dims: tuple[str, ...] = ("seq_len",)
     modes: tuple[str, ...] = MODES
     max_seq_len: Callable[[Any], int] = field(default=lambda config: 2**31)
     generation: Generation | None = None
+    published: Mapping[str, Published] = field(default_factory=dict)
+    size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    active_params: Callable[[Any], int] | None = None
 
     def config(self, size: str) -> Any:
         if size not in self.sizes:
@@ -172,6 +194,7 @@ def build(
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    shape: Shape | None = None,
     batch_size: int | None = None,
     seq_len: int | None = None,
     seed: int = 0,
@@ -189,6 +212,16 @@ def build(
     size = size or workload.default_size
     config = workload.config(size)
     device = torch.device(device)
+    if shape is not None:  # STUB: contract-24 workloads take the Shape whole
+        torch.manual_seed(seed)
+        with default_dtype(init_dtype or dtype):
+            model = workload.build_model(config)
+        model = model.to(dtype=dtype)
+        batch = workload.make_batch(config, shape, torch.Generator().manual_seed(seed))
+        return Instance(
+            workload, size, model.to(device), {k: v.to(device) for k, v in batch.items()}, shape.batch_size,
+            shape.seq_len or 0,
+        )
     shape = workload.shape_for(device.type if device.type in DEVICE_KINDS else "tpu")
     batch_size = batch_size or shape.batch_size
     seq_len = seq_len or shape.seq_len
