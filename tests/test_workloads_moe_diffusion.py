@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -387,3 +388,27 @@ def test_tiny_sizes_run_on_xla_with_no_fallbacks_and_no_recompiles(xla_python: s
         else:
             warmup = 2 if case.endswith("/train") else 1
             assert set(compiles[warmup - 1 :]) == {warmup}, (case, compiles)
+
+
+@pytest.mark.parametrize(
+    ("workload", "mode", "shape"),
+    [
+        ("mixtral", "train", {"batch_size": 2, "seq_len": 32}),
+        ("mixtral", "infer", {"batch_size": 2, "seq_len": 32}),
+        ("mixtral", "prefill", {"batch_size": 2, "seq_len": 32, "gen_len": 4}),
+        ("mixtral", "decode", {"batch_size": 2, "seq_len": 32, "gen_len": 4}),
+        ("dit", "train", {"batch_size": 2, "latent_size": 8}),
+        ("dit", "infer", {"batch_size": 2, "latent_size": 8}),
+    ],
+)
+def test_tiny_sizes_run_through_the_harness_on_xla(
+    results_dir: Path, xla_python: str, workload: str, mode: str, shape: dict
+) -> None:
+    """``tpubench run --backend xla`` rows: no op ran on the CPU, nothing compiled after warm-up."""
+    from tpubench.runner import SuiteRunner, plan
+
+    specs = plan([workload], backends=["xla"], modes=[mode], warmup=2, steps=3, timeout_s=600, **shape)
+    [row] = SuiteRunner(results_dir, pythons={"xla": xla_python}).run(specs)
+    assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
+    assert row["fallback_op_count"] == 0 and json.loads(row["fallback_ops"]) == {}
+    assert row["recompiles_after_warmup"] == 0
