@@ -26,14 +26,10 @@ from workloads.base import (
     Workload,
     build,
 )
+from workloads.diffusion import dit
 from workloads.encoder import bert
+from workloads.moe import mixtral
 from workloads.vision import resnet, vit
-
-# ---- issue 24: the standard models register here, one line each, once their modules exist:
-#   from workloads.diffusion import dit
-#   from workloads.moe import mixtral
-# and in _BUILTIN below: mixtral.WORKLOAD, dit.WORKLOAD
-# ---- end of the issue 24 registration spot
 
 __all__ = [
     "DIMENSIONS",
@@ -52,7 +48,15 @@ __all__ = [
     "suites",
 ]
 
-_BUILTIN = (gpt2.WORKLOAD, llama3.WORKLOAD, resnet.WORKLOAD, vit.WORKLOAD, bert.WORKLOAD)  # + mixtral, dit
+_BUILTIN = (
+    gpt2.WORKLOAD,
+    llama3.WORKLOAD,
+    resnet.WORKLOAD,
+    vit.WORKLOAD,
+    bert.WORKLOAD,
+    mixtral.WORKLOAD,
+    dit.WORKLOAD,
+)
 PLUGIN_ENV = "TPUBENCH_WORKLOAD_MODULES"
 
 
