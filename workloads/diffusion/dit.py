@@ -70,7 +70,7 @@ SIZES = {
 PUBLISHED = {
     "xl2": Published(
         params=675_129_632,
-        source="Peebles & Xie 2023, Table 1 (675M); facebookresearch/DiT models.py DiT_XL_2 layer shapes, "
+        source="Peebles & Xie 2023 (DiT-XL/2: 675M); facebookresearch/DiT models.py DiT_XL_2 layer shapes, "
         "including the frozen 294,912-element pos_embed (675,129,632)",
     ),
 }
