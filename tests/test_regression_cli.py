@@ -16,6 +16,7 @@ import pytest
 from helpers import ROOT, tpubench
 
 from tpubench import store
+from tpubench.schema import SCHEMA_VERSION
 
 TINY = "--workload gpt2 --size tiny --backend cpu --mode infer --steps 8 --warmup 1"
 
@@ -93,7 +94,7 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     )
     pq.write_table(old, path)
     runs = store.load_runs(mixed)
-    assert set(runs["schema_version"]) == {0, 1} and runs["host_other_cpu_share"].isna().sum() == 1
+    assert set(runs["schema_version"]) == {0, SCHEMA_VERSION} and runs["host_other_cpu_share"].isna().sum() == 1
     done = tpubench("compare --baseline tag.side=a --candidate tag.side=b --json --results", str(mixed))
     assert done.returncode == 0, done.stderr
 

@@ -36,7 +36,7 @@ def _no_rows(view: ui.View, run_id: str) -> None:
         f"Run `{run_id}` has a trace but no ops rows: its trace could not be read when it was ingested. "
         "Build them again with:"
     )
-    st.code(f"tpubench ops --ingest {run_id} --results {view.results}", language="bash")
+    st.code(f"tpubench ops --ingest {run_id} --results {ui.results_of(view, run_id)}", language="bash")
 
 
 def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
@@ -117,7 +117,12 @@ def main() -> None:
     diff = analysis.diff_ops(base, ops, by=by_key)
     st.plotly_chart(charts.diff_bar(diff.head(top), by_key), key="ops-diff")
     ui.table(diff.style.format(precision=1, thousands=","))
-    st.caption(f"In a terminal: `tpubench ops --diff {other} {run_id} --results {view.results}`")
+    where = data.store_of(view.results, view.index, [other, run_id])
+    st.caption(
+        f"In a terminal: `tpubench ops --diff {other} {run_id} --results {where}`"
+        if where
+        else "The two runs lie in different stores: merge them (README, Several machines) to diff them in a terminal."
+    )
 
 
 main()

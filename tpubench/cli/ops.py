@@ -42,8 +42,12 @@ def _results_dir(results: str, local: bool = False) -> Path | str:
             raise BadInput(f"--results {results} does not exist")
         return results
     path = Path(results)
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"results directory {results!r} is a file, not a directory")
     if not path.is_dir():
         raise BadInput(f"results directory {results!r} does not exist; `tpubench run --results DIR` creates one")
+    if (hint := store.table_folder_hint(path)) is not None:
+        raise BadInput(hint)
     return path
 
 
@@ -380,6 +384,14 @@ def show_trace(
     def ready(url: str) -> None:
         print(f"viewer: {url}   (Ctrl-C stops it)", flush=True)
 
+    if not xplane and port not in (None, viewer.PERFETTO_PORT):
+        print(
+            f"warning: Perfetto's UI fetches traces only from {viewer.LOOPBACK}:{viewer.PERFETTO_PORT} (its content "
+            f"security policy), so the link below will not load with --port {port}: leave --port out, or open "
+            f"{viewer.PERFETTO_UI} and load {files[0]} with 'Open trace file'",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         if xplane:
             viewer.serve_xprof(path, port or viewer.XPROF_PORT, ready)
