@@ -79,11 +79,16 @@ def main() -> None:
     )
     rows = analysis.of_source(ops, source)
     first = rows.iloc[0]
-    steps, step_us = first["traced_steps"], first["step_time_us"]
-    if pd.notna(steps) and pd.notna(step_us) and steps:
-        st.caption(
-            f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {step_us / steps / 1e3:.2f} ms"
-        )
+    steps, traced_ms = first["traced_steps"], analysis.traced_step_ms(ops, source)
+    if traced_ms is not None:
+        st.caption(f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {traced_ms:.2f} ms")
+    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    median = data.runs(view.results, (invocation,), (run_id,), ("run_id", "median_step_ms")).frame["median_step_ms"]
+    overhead = analysis.profiler_overhead(traced_ms, float(median.iloc[0]) if len(median) else None)
+    if overhead:
+        st.info(f"Profiler overhead: {overhead}.")
+    if unsplit := analysis.unsplit_graphs(ops, source):
+        st.warning(unsplit + ".")
     ranked = analysis.top_ops(ops, n=top, by=by, source=source)
     left, right = st.columns([3, 2])
     left.plotly_chart(charts.top_ops_bar(ranked), key="ops-top")

@@ -258,6 +258,8 @@ def _show(
         f"{first['source']} ops from the {first['tool']}; {steps or '?'} traced steps{per_step}"
         + (f"; also {', '.join(others)} ops (--source)" if others else "")
     )
+    for note in _notes(rows, run, source):
+        console.print(note, markup=False, highlight=False)
     table = Table()
     flops = ranked["achieved_flops_per_s"].notna().any()  # only xprof's device tables count FLOPs
     headers = ["#", "op", "category", "calls/step", "self µs/step", "% of step", "total µs/step"]
@@ -289,6 +291,13 @@ def _show(
     )
 
 
+def _notes(rows: pd.DataFrame, run: dict[str, Any], source: str | None) -> list[str]:
+    """What to know before reading a run's ops: the profiler's overhead, and unsplit Inductor graphs."""
+    overhead = analysis.profiler_overhead(analysis.traced_step_ms(rows, source), _value(run, "median_step_ms"))
+    notes = [f"note: {overhead}" if overhead else None, analysis.unsplit_graphs(rows, source)]
+    return [f"note: {note}" if not note.startswith("note:") else note for note in notes if note]
+
+
 def _diff(
     results_dir: Path | str,
     pair: tuple[str, str],
@@ -313,6 +322,9 @@ def _diff(
         return
     console.print(f"base {base_run['run_id']}: {_label(base_run)} ({sources[0]['source'].iloc[0]} ops)")
     console.print(f"test {test_run['run_id']}: {_label(test_run)} ({sources[1]['source'].iloc[0]} ops)")
+    for run, rows in ((base_run, base), (test_run, test)):
+        for note in _notes(rows, run, source):
+            console.print(f"{run['run_id']}: {note}", markup=False, highlight=False)
     console.print(f"by {by}, per traced step, largest change first:")
     table = Table()
     for header in (by, "change", "base µs/step", "test µs/step", "delta µs/step", "ratio", "base %", "test %"):
