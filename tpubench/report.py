@@ -133,8 +133,8 @@ def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     for row in _sorted(rows):
         for warning in filter(None, (row.get("warnings") or "").splitlines()):
             runs_of.setdefault(warning, []).append(f"{_label(row)} {_shape(row)}")
-    for warning, labels in runs_of.items():  # each names its runs, unless every run has it
-        if len(labels) == 1 and len(rows) > 1:
+    for warning, labels in runs_of.items():  # each names its runs, unless every one of several has it
+        if len(labels) == 1:
             lines.append(f"[warning] {labels[0]}: {warning}")
         elif len(labels) < len(rows):
             lines.append(f"[warning] {warning} ({'; '.join(labels)})")
