@@ -193,8 +193,8 @@ class Nights:
 
 
 def last_two_nights(runs: pd.DataFrame) -> Nights | None:
-    """ "The latest invocation against the one before", where "the one before" is the latest
-    earlier invocation that ran any of the latest's configurations (:data:`CONFIG_KEYS`: same
+    """The latest invocation and "the one before": the latest earlier invocation that ran any
+    of the latest's configurations (:data:`CONFIG_KEYS`: same
     workload, shape, backend and device). In a store merged from several machines the
     invocation just before is often another machine's, with other devices or default shapes:
     compared with it, nothing pairs. None with fewer than two invocations."""

@@ -58,21 +58,23 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def relabel(results: Path, **columns: object) -> None:
-    """Rewrite ``columns`` of every run in ``results`` (the parquet, in place): another
-    machine's runs, or a run measured on a busy host, from runs measured here."""
+    """Rewrite ``columns`` of every ok run in ``results`` (the parquet, in place): another
+    machine's runs, or runs measured on a busy host, from runs measured here."""
     for path in (results / "runs").glob("date=*/*.parquet"):
         table = pq.read_table(path)
+        ok = [status == "ok" for status in table["status"].to_pylist()]
         for name, value in columns.items():
             index = table.schema.get_field_index(name)
-            table = table.set_column(index, table.schema.field(index), pa.array([value] * len(table), table[name].type))
+            values = [value if keep else old for keep, old in zip(ok, table[name].to_pylist(), strict=True)]
+            table = table.set_column(index, table.schema.field(index), pa.array(values, table[name].type))
         pq.write_table(table, path)
 
 
 @pytest.fixture(scope="module")
-def merged(results: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def merged(results: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """Two machines' stores and their merge, as README 'Several machines' has it: machine A's
     is a copy of ``results`` plus a third night; machine B ran its own shape (another device
-    kind's default) twice, one night before A's third, one after. Returns (B, merged)."""
+    kind's default) twice, one night before A's third, one after. Returns (A, B, merged)."""
     root = tmp_path_factory.mktemp("machines")
     machine_a, machine_b = root / "a", root / "b"
     shutil.copytree(results, machine_a)
@@ -86,7 +88,7 @@ def merged(results: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     relabel(machine_b, host="machine-b", device="Other CPU")
     (root / "merged").mkdir()
     subprocess.run(["cp", "-rn", f"{machine_a}/.", f"{machine_b}/.", str(root / "merged")], check=True)
-    return machine_b, root / "merged"
+    return machine_a, machine_b, root / "merged"
 
 
 @pytest.fixture
@@ -131,15 +133,16 @@ def test_overview_shows_the_latest_invocation_as_a_matrix_with_what_did_not_run(
     runs = runs_of(results)
     latest = runs[runs["invocation_id"] == runs["invocation_id"].iloc[-1]]
     assert app.selectbox(key="invocation").value == latest["invocation_id"].iloc[0]
-    matrix, problems = frames(app)
+    matrix, problems = frames(app)[0], frames(app)[-1]  # between them, the runs measured on a busy host if any
     device = latest.loc[latest["backend"] == "cpu", "device"].iloc[0]
     assert set(matrix.columns) == {f"cpu ({device})", "cuda (no device)"}
     assert set(matrix["cuda (no device)"]) == {"✗ unavailable"}
-    assert matrix[f"cpu ({device})"].map(float).gt(0).all()  # median step in ms
+    busy = " ⚠"  # a cell whose runs met a busy host (this shared machine often is) is marked
+    assert matrix[f"cpu ({device})"].str.removesuffix(busy).map(float).gt(0).all()  # median step in ms
     assert set(problems["status"]) == {"unavailable"} and problems["reason"].str.len().gt(0).all()
     assert charts(app) == 1
     app.radio(key="value").set_value("status").run()
-    assert set(frames(app)[0][f"cpu ({device})"]) == {"ok"}
+    assert set(frames(app)[0][f"cpu ({device})"].str.removesuffix(busy)) == {"ok"}
 
 
 def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) -> None:
@@ -161,14 +164,14 @@ def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) ->
 
 @pytest.mark.parametrize("how", ["merged", "two stores"])
 def test_compare_pairs_the_latest_night_with_the_last_that_ran_its_configurations(
-    serve, results: Path, merged: tuple[Path, Path], how: str
+    serve, merged: tuple[Path, Path, Path], how: str
 ) -> None:
     """Issue 23: on a store merged from two machines, "the latest against the one before"
     compared machine B's night with machine A's, which ran other shapes on another device:
     nothing paired. Now B's latest pairs with B's night before, and the page says which
     invocation it passed over and why; the same over the two stores given as several --results."""
-    machine_b, merged_store = merged
-    shown = merged_store if how == "merged" else STORE_SEPARATOR.join([str(results), str(machine_b)])
+    machine_a, machine_b, merged_store = merged
+    shown = merged_store if how == "merged" else STORE_SEPARATOR.join([str(machine_a), str(machine_b)])
     app = serve(shown, "Compare")
     b_nights = data.invocations(runs_of(machine_b))["invocation_id"]
     said = texts(app)
@@ -183,7 +186,7 @@ def test_compare_pairs_the_latest_night_with_the_last_that_ran_its_configuration
     )
     assert app.get("code")[0].proto.wrap_lines  # never cut off at the page's edge
     if how == "two stores":
-        assert f"`{results}`" in app.sidebar.caption[0].value and f"`{machine_b}`" in app.sidebar.caption[0].value
+        assert f"`{machine_a}`" in app.sidebar.caption[0].value and f"`{machine_b}`" in app.sidebar.caption[0].value
         overview = serve(shown, "Overview", invocation=b_nights.iloc[0])
         assert any(column.startswith("cpu (Other CPU)") for column in frames(overview)[0].columns)
 
@@ -395,7 +398,7 @@ def _healthy(port: int) -> bool:
 
 
 @pytest.mark.slow
-def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path]) -> None:
+def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path, Path]) -> None:
     """`tpubench dashboard` over two stores serves every page to headless Chromium: content, no
     error box, a screenshot each, and not one request that leaves 127.0.0.1 (issue 23: every
     page fetched its icon from fonts.gstatic.com)."""
@@ -407,7 +410,7 @@ def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path]) 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     log = (SCREENSHOTS / "server.log").open("w")
     server = subprocess.Popen(
-        command(f"dashboard --port {port} --results", str(results), "--results", str(merged[0])),
+        command(f"dashboard --port {port} --results", str(results), "--results", str(merged[1])),
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=ROOT,
@@ -444,7 +447,7 @@ def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path]) 
                     assert "tpubench compare" in code.inner_text()
                     assert code.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), code.inner_text()
                 page.screenshot(path=str(SCREENSHOTS / f"{index}-{info.url_path}.png"))
-            assert page.get_by_text(str(merged[0])).count() > 0  # the sidebar names both stores
+            assert page.get_by_text(str(merged[1])).count() > 0  # the sidebar names both stores
             page.goto(f"{base}/?backend=cpu")  # the filters survive a switch of page in the sidebar, URL included
             page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=120_000)
             page.get_by_role("link", name="Trends").click()

@@ -294,8 +294,7 @@ def _show(
 def _notes(rows: pd.DataFrame, run: dict[str, Any], source: str | None) -> list[str]:
     """What to know before reading a run's ops: the profiler's overhead, and unsplit Inductor graphs."""
     overhead = analysis.profiler_overhead(analysis.traced_step_ms(rows, source), _value(run, "median_step_ms"))
-    notes = [f"note: {overhead}" if overhead else None, analysis.unsplit_graphs(rows, source)]
-    return [f"note: {note}" if not note.startswith("note:") else note for note in notes if note]
+    return [f"note: {note}" for note in (overhead, analysis.unsplit_graphs(rows, source)) if note]
 
 
 def _diff(
