@@ -119,6 +119,8 @@ def main() -> None:
         st.caption(
             "The two runs' ops come from different sources (e.g. CUDA kernels and XLA ops): compared by category."
         )
+    if unsplit := analysis.unsplit_graphs(base):
+        st.warning(f"Base run `{other}`: {unsplit}.")
     diff = analysis.diff_ops(base, ops, by=by_key)
     st.plotly_chart(charts.diff_bar(diff.head(top), by_key), key="ops-diff")
     ui.table(diff.style.format(precision=1, thousands=","))
