@@ -143,6 +143,7 @@ def run_row(config: dict, night: int, started: datetime, rng: np.random.Generato
             row[f"tpot_p{p}_ms"] = tpot * factor
             row[f"itl_p{p}_ms"] = tpot * factor
         row["output_tokens_per_s"] = batch * 128 / (float(np.median(samples)) / 1e3)
+        row["tokens_per_s"] = row["output_tokens_per_s"]  # a decode run's tokens/s (schema 2)
         row["total_tokens_per_s"] = batch * (prompt + 128) / (float(np.median(samples)) / 1e3)
         row["bandwidth_util"] = (0.5 if tpu else 0.4) * (0.8 if compiled else 1.0) * (1 + 0.1 * batch / 8)
     ids = {"run_id": run_id}

@@ -7,5 +7,7 @@ widgets pages share and ``charts.py`` the plotly figures. Pages compute no stati
 their own: the CLI, the reports and the dashboard show the same numbers.
 """
 
-#: where the store is: ``tpubench dashboard --results`` sets it; a local folder or an s3:// URL
+#: where the store is: ``tpubench dashboard --results`` sets it; a local folder or an s3:// URL,
+#: or several (``--results A --results B``: stores of several machines) one per line
 RESULTS_ENV = "TPUBENCH_RESULTS"
+STORE_SEPARATOR = "\n"

@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import catalog, state, ui
 
-st.set_page_config(page_title="tpubench", page_icon=":material/speed:", layout="wide")
+st.set_page_config(page_title="tpubench", page_icon=ui.favicon(), layout="wide")
 state.begin()
 pages = [
     st.Page(page.path, title=page.title, icon=page.icon, default=page is catalog.PAGES[0]) for page in catalog.PAGES

@@ -357,10 +357,11 @@ def compile_times(runs: pd.DataFrame) -> go.Figure:
         barmode="group",
         color_discrete_map=colours(long["backend"].unique()),
         hover_data={"run_id": True},
-        labels={"seconds": "seconds", "configuration": "", "what": ""},
+        labels={"seconds": "seconds", "configuration": ""},
         title="First step (compilation included) and time spent compiling (s)",
     )
-    return _layout(figure)
+    # plotly titles a colour-and-pattern legend "backend, what"; with "what" unlabelled it read "backend,"
+    return _layout(figure, legend_title_text="backend, bar")
 
 
 def compile_counts(steps: pd.DataFrame, labels: dict[str, str], backends: dict[str, str]) -> go.Figure:

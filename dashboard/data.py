@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import RESULTS_ENV
+from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store
 from tpubench.analysis import changepoints, compare
@@ -92,12 +92,44 @@ class Loaded:
     skipped: tuple[str, ...] = ()
 
 
+def stores(results: str) -> list[str]:
+    """The stores ``results`` names: one, or several (one per line) read as one."""
+    return [part for part in results.split(STORE_SEPARATOR) if part]
+
+
 def _scan(results: str, table: str, columns: tuple[str, ...] | None = None, **filters: object) -> Loaded:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        frame = store.scan_table(results, table, columns, **filters)
-    skipped = tuple(str(w.message) for w in caught if str(w.message).startswith("skipping unreadable"))
-    return Loaded(frame, skipped)
+    """``table``'s rows over every store of ``results``, as one frame; with several stores, a
+    ``store`` column says which each row came from, a run found in two (a store copied into
+    another) counts once, and a store that does not exist is named, not fatal, unless none does."""
+    named = stores(results)
+    frames, skipped = [], []
+    for location in named:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                frame = store.scan_table(location, table, columns, **filters)
+            except store.StoreError as error:
+                if len(named) == 1:
+                    raise
+                skipped.append(f"{error}: left out")
+                continue
+        skipped += [str(w.message) for w in caught if str(w.message).startswith("skipping unreadable")]
+        frames.append(frame.assign(store=location) if len(named) > 1 else frame)
+    if not frames:
+        raise store.StoreError(f"none of the results stores {', '.join(named)} exists")
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if len(frames) > 1:  # the same file in two stores: its rows once
+        frame = frame.drop_duplicates(subset=[c for c in frame.columns if c != "store"], ignore_index=True)
+    return Loaded(frame, tuple(skipped))
+
+
+def store_of(results: str, index: pd.DataFrame, run_ids: pd.Series | list[str]) -> str | None:
+    """The one store that holds every run of ``run_ids`` (``--results`` for a terminal
+    command about them); None when they lie in different stores."""
+    if len(stores(results)) == 1:
+        return results
+    found = set(index.loc[index["run_id"].isin(list(run_ids)), "store"])
+    return found.pop() if len(found) == 1 else None
 
 
 def _tag_pairs(text: object) -> tuple[str, ...]:
@@ -151,6 +183,34 @@ def invocations(runs: pd.DataFrame) -> pd.DataFrame:
         started_at=("started_at", "min"), runs=("run_id", "size"), not_ok=("status", lambda s: int((s != "ok").sum()))
     )
     return grouped.sort_values("started_at", ascending=False).reset_index()
+
+
+@dataclass(frozen=True)
+class Nights:
+    """The latest invocation, the earlier one it is compared with, and the ones passed over."""
+
+    latest: str
+    before: str | None  # None: no earlier invocation ran any of the latest's configurations
+    passed_over: tuple[str, ...] = ()  # more recent than ``before``, with none of the latest's configurations
+
+
+def last_two_nights(runs: pd.DataFrame) -> Nights | None:
+    """The latest invocation and "the one before": the latest earlier invocation that ran any
+    of the latest's configurations (:data:`CONFIG_KEYS`: same
+    workload, shape, backend and device). In a store merged from several machines the
+    invocation just before is often another machine's, with other devices or default shapes:
+    compared with it, nothing pairs. None with fewer than two invocations."""
+    nights = invocations(runs)["invocation_id"]
+    if len(nights) < 2:
+        return None
+    configs = lambda invocation: set(  # noqa: E731
+        runs.loc[runs["invocation_id"] == invocation, list(CONFIG_KEYS)].astype(str).itertuples(index=False)
+    )
+    wanted = configs(nights.iloc[0])
+    for position, night in enumerate(nights.iloc[1:], start=1):
+        if wanted & configs(night):
+            return Nights(nights.iloc[0], night, tuple(nights.iloc[1:position]))
+    return Nights(nights.iloc[0], None, tuple(nights.iloc[1:]))
 
 
 def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:

@@ -12,8 +12,9 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+from PIL import Image, ImageDraw
 
-from dashboard import data, state
+from dashboard import charts, data, state
 from tpubench.store import StoreError
 
 _VIEW = "_view"
@@ -45,7 +46,7 @@ class View:
 def sidebar() -> None:
     """Draw the filters from the store's index and keep the resulting view for the page."""
     results = data.results_location()
-    st.sidebar.caption(f"Results: `{results}`")
+    st.sidebar.caption("Results: " + ", ".join(f"`{location}`" for location in data.stores(results)))
     try:
         loaded = data.run_index(results)
     except StoreError:
@@ -93,8 +94,9 @@ def empty_state(view: View) -> None:
         st.error(f"The results store `{view.results}` cannot be read: {view.problem}")
         return
     where = "does not exist yet" if view.problem == "missing" else "has no runs yet"
-    results = view.results if " " not in view.results else f"'{view.results}'"
-    st.info(f"The results store `{view.results}` {where}. Run a suite to fill it, then reload this page:")
+    first = data.stores(view.results)[0]
+    results = first if " " not in first else f"'{first}'"
+    st.info(f"The results store `{first}` {where}. Run a suite to fill it, then reload this page:")
     st.code(f"tpubench run --suite llm --results {results}", language="bash")
     st.caption("`tpubench list` shows the suites and workloads; `tpubench env` the backends this machine has.")
 
@@ -168,6 +170,24 @@ def number(value: Any, digits: int = 2, suffix: str = "") -> str:
     return f"{value:,.{digits}f}{suffix}"
 
 
+def results_of(view: View, *run_ids: str) -> str:
+    """``--results`` for a terminal command about ``run_ids``: the store that holds them."""
+    return data.store_of(view.results, view.index, list(run_ids)) or data.stores(view.results)[0]
+
+
 def trace_command(view: View, run_id: str) -> str:
     """The command that opens a run's trace in its viewer (on 127.0.0.1)."""
-    return f"tpubench trace {run_id} --open --results {view.results}"
+    return f"tpubench trace {run_id} --open --results {results_of(view, run_id)}"
+
+
+@st.cache_resource
+def favicon() -> Image.Image:
+    """The browser tab's icon, drawn here and served by Streamlit from 127.0.0.1. A Material icon
+    name (``:material/speed:``) makes the browser fetch it from fonts.gstatic.com, and an emoji
+    from a CDN: a dashboard of private results reaches no third party, and works offline."""
+    image = Image.new("RGBA", (64, 64), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(image)
+    draw.ellipse((4, 4, 60, 60), fill=charts.colour("cpu-compile"))
+    draw.pieslice((14, 14, 50, 50), 180, 360, fill="white")  # a gauge: half a dial and its needle
+    draw.line((32, 32, 46, 20), fill=charts.colour("xla-compile"), width=5)
+    return image

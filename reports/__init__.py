@@ -15,6 +15,7 @@ import pandas as pd
 
 from tpubench.analysis import compare
 from tpubench.analysis.shapes import shape_labels
+from tpubench.hostload import BUSY_SHARE, is_busy
 from tpubench.spec import DIMENSIONS
 
 #: the backend a cross-backend table measures others against, in order of preference
@@ -72,8 +73,22 @@ RESULTS_HEADINGS = {
 
 def results_table(summary: pd.DataFrame) -> pd.DataFrame:
     """``summary`` with the two columns the results table adds: the configuration's label
-    and MFU in percent."""
-    return summary.assign(config=config_label(summary), mfu_pct=summary["mfu"] * 100)
+    and MFU in percent; the status of a row with runs measured on a busy host says so."""
+    busy = summary["host_busy_runs"].fillna(0) > 0
+    marked = summary["status"].where(~busy, summary["status"] + " " + BUSY_MARK)
+    return summary.assign(config=config_label(summary), mfu_pct=summary["mfu"] * 100, status=marked)
+
+
+#: a results row with runs measured while other processes used the CPUs, and what it means
+BUSY_MARK = "⚠ host busy"
+DECODE_TOKENS_NOTE = (
+    "tokens/s of a decode row counts output (generated) tokens only, as serving benchmarks do; prompt plus "
+    "output tokens per second is `total_tokens_per_s` in the store."
+)
+BUSY_NOTE = (
+    f"{BUSY_MARK}: other processes used more than {100 * BUSY_SHARE:.0f}% of the CPUs while that many of the "
+    "row's runs were measured (host busy runs); their step times may be inflated."
+)
 
 
 @dataclass
@@ -105,7 +120,6 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, group in runs.groupby(keys, dropna=False, sort=True):
         statuses = [s for s in group["status"] if s != "ok"]
-        tokens = group["output_tokens_per_s"] if (group["mode"] == "decode").all() else group["tokens_per_s"]
         rows.append(
             {
                 **dict(zip(keys, key, strict=True)),
@@ -114,10 +128,10 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "median_step_ms": group["median_step_ms"].median(),
                 "ci_low_step_ms": group["ci_low_step_ms"].min(),
                 "ci_high_step_ms": group["ci_high_step_ms"].max(),
-                "tokens_per_s": tokens.median(),
+                "tokens_per_s": group["tokens_per_s"].median(),  # decode: output tokens (schema 2)
                 "mfu": group["mfu"].median(),
                 "peak_mem_mib": group["peak_mem_bytes"].median() / 2**20,
-                "host_busy_runs": int((group["host_other_cpu_share"] > 0.2).sum()),
+                "host_busy_runs": int(group["host_other_cpu_share"].map(is_busy).sum()),
             }
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from reports import RESULTS_HEADINGS, Report, config_label, results_table
+from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, config_label, results_table
 from reports.markdown import VERDICT_MARK
 from tpubench.analysis.compare import verdict_counts
 
@@ -175,6 +175,10 @@ def render(report: Report) -> str:
         if not summary.empty
         else "<p>No runs.</p>"
     )
+    if not summary.empty and (summary["host_busy_runs"] > 0).any():
+        parts.append(f"<p>{html.escape(BUSY_NOTE)}</p>")
+    if not summary.empty and (summary["mode"] == "decode").any():
+        parts.append(f"<p>{html.escape(DECODE_TOKENS_NOTE)}</p>")
     parts.extend(backend_charts(report.summary))
     if not report.cross_backend.empty:
         cross = report.cross_backend.copy()
@@ -198,8 +202,9 @@ def render(report: Report) -> str:
                     "base_tokens_per_usd": "reference tokens/$",
                     "test_tokens_per_usd": "tokens/$",
                     "cost_ratio": "cost ratio",
+                    "caveat": "caveat",
                 },
-                text=("config", "base_backend", "test_backend"),
+                text=("config", "base_backend", "test_backend", "caveat"),
             )
         )
     for label, ops in report.top_ops.items():

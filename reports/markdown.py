@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports import RESULTS_HEADINGS, Report, config_label, results_table
+from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, config_label, results_table
 from tpubench.analysis.compare import verdict_counts
 
 VERDICT_MARK = {"regressed": "🔴", "improved": "🟢", "inconclusive": "⚪", "unpaired": "·", "unchanged": ""}
@@ -88,6 +88,10 @@ def render(report: Report) -> str:
                 {"tokens_per_s": 0, "peak_mem_mib": 0, "mfu_pct": 1},
             )
         )
+        if (report.summary["host_busy_runs"] > 0).any():
+            parts[-1] += f"\n\n{BUSY_NOTE}"
+        if (report.summary["mode"] == "decode").any():
+            parts[-1] += f"\n\n{DECODE_TOKENS_NOTE}"
     if not report.cross_backend.empty:
         cross = report.cross_backend.copy()
         cross["config"] = config_label(cross)
@@ -125,6 +129,7 @@ def cross_markdown(cross: pd.DataFrame) -> str:
             "base_tokens_per_usd": "tokens/$ (base)",
             "test_tokens_per_usd": "tokens/$ (cand)",
             "cost_ratio": "cost ratio",
+            "caveat": "caveat",
         },
         {"speedup": 2, "base_tokens_per_usd": 0, "test_tokens_per_usd": 0, "base_mfu_pct": 1, "test_mfu_pct": 1},
     )

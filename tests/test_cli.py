@@ -274,6 +274,12 @@ def test_env_reads_at_80_columns() -> None:
     assert "…" not in screen and "cpu-compile" in screen and "tpu-compile" in screen
 
 
+def test_env_says_what_the_device_count_counts() -> None:
+    """Issue 23: `AMD EPYC x1` read as one core; torch sees all of the host's CPUs as one device."""
+    said = " ".join(run_in_terminal("env", 80).split())
+    assert f"(one torch device over {os.cpu_count()} logical CPUs)" in said and " x1" not in said, said
+
+
 @pytest.mark.parametrize(
     ("argv", "here"),
     [

@@ -256,6 +256,22 @@ def test_cross_backend_speedup_mfu_and_tokens_per_dollar():
     assert row["cost_ratio"] == pytest.approx((500 / 1.20) / (1000 / 3.99))
 
 
+def test_a_speedup_from_runs_on_a_busy_host_carries_the_caveat():
+    """Issue 23: a cross-backend speed-up computed from a single run measured on a busy host
+    read as firmly as any other."""
+    gpu = runs_frame([{"run_id": "g", "backend": "cuda", "device": "NVIDIA H100 80GB HBM3", "median_step_ms": 10.0,
+                       "tokens_per_s": 1000.0, "host_other_cpu_share": 0.65}])  # fmt: skip
+    tpu = runs_frame([{"run_id": "t", "backend": "xla", "device": "TPU v5 lite", "median_step_ms": 20.0,
+                       "tokens_per_s": 500.0, "host_other_cpu_share": 0.01}])  # fmt: skip
+    row = compare.cross_backend(gpu, tpu, prices.PRICES).iloc[0]
+    assert row["caveat"].startswith("host busy during 1 of 1 baseline run(s)") and "speed-up" in row["caveat"]
+    quiet = compare.cross_backend(gpu.assign(host_other_cpu_share=0.01), tpu, prices.PRICES).iloc[0]
+    assert quiet["caveat"] is None
+    from reports.markdown import cross_markdown
+
+    assert "host busy during 1 of 1 baseline run(s)" in cross_markdown(compare.cross_backend(gpu, tpu, prices.PRICES))
+
+
 def test_price_file_overrides_and_rejects_unknown_chips(tmp_path, monkeypatch):
     good = tmp_path / "prices.toml"
     good.write_text('"TPU v6e" = 2.5\n"H100 SXM" = 3.0\n')

@@ -87,8 +87,10 @@ def test_two_concurrent_suites_never_measure_at_the_same_time(results_dir: Path,
 BURN = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
 
 
-def test_a_busy_host_is_recorded_and_warned_about(results_dir: Path) -> None:
-    """Two real busy loops compete with the measured steps: the row says so."""
+def test_a_busy_host_is_recorded_and_warned_about(results_dir: Path, tmp_path: Path) -> None:
+    """Real busy loops compete with the measured steps: the row says so, and (issue 23: seven
+    warnings named no run) the summary marks the row, the warning names its run, and the
+    report marks the row and says what the mark means."""
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(os.cpu_count() or 1)]
     try:
         result = subprocess.run(
@@ -106,3 +108,17 @@ def test_a_busy_host_is_recorded_and_warned_about(results_dir: Path) -> None:
     [row] = store.load_runs(results_dir).to_dict("records")
     assert row["host_other_cpu_share"] > 0.2 and row["host_load_1m"] >= 0
     assert "host busy: other processes used" in row["warnings"]
+    assert "ok, host busy" in result.stdout
+    said = " ".join(result.stdout.split())  # a long line wraps at the console's width
+    assert "[warning] gpt2/tiny cpu infer 4x128: host busy: other processes used" in said, result.stdout
+    markdown = tmp_path / "report.md"
+    report = subprocess.run(
+        command("report --out", str(tmp_path / "r.html"), "--markdown", str(markdown), "--results", str(results_dir)),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert report.returncode == 0, report.stderr
+    [line] = [line for line in markdown.read_text().splitlines() if line.startswith("| gpt2/tiny")]
+    assert "| ok ⚠ host busy |" in line and line.rstrip(" |").endswith("| 1")
+    assert "⚠ host busy: other processes used more than 20% of the CPUs" in markdown.read_text()

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import ROOT, tpubench
 
-from tpubench import store
+from tpubench import __version__, store
+from tpubench.schema import SCHEMA_VERSION
 
 TINY = "--workload gpt2 --size tiny --backend cpu --mode infer --steps 8 --warmup 1"
 
@@ -80,6 +81,74 @@ def test_compare_of_a_missing_store_is_an_error(tmp_path):
     assert done.returncode == 2 and "does not exist" in done.stderr
 
 
+@pytest.mark.parametrize("target", ["missing/compare.md", "."])
+def test_compare_markdown_to_a_missing_folder_or_a_directory_is_one_error_line(two_sides, tmp_path, target):
+    """Issue 23: both gave a traceback after the comparison was computed, and lost it."""
+    done = tpubench(
+        "compare --baseline tag.side=a --candidate tag.side=b --results",
+        str(two_sides),
+        "--markdown",
+        tmp_path / target,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: --markdown") and len(done.stderr.strip().splitlines()) == 1
+    assert ("is a directory" if target == "." else "does not exist") in done.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "regressions --results {store}/runs",
+        "ops --results {store}/runs",
+        "compare --baseline tag.side=a --candidate tag.side=b --results {store}/runs",
+        "report --out {out}/r.html --results {store}/runs",
+    ],
+)
+def test_a_stores_runs_folder_is_refused_with_the_store_to_give(two_sides, tmp_path, line):
+    """Issue 23: `run` printed `results: DIR/runs`, and that path given to `ops` or
+    `regressions` reported nothing with exit 0."""
+    done = tpubench(line.format(store=two_sides, out=tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: ") and f"give the store itself: {two_sides}" in done.stderr
+
+
+def test_run_prints_the_store_to_give_other_commands(results_dir):
+    done = tpubench(f"run {TINY} --steps 2 --results", str(results_dir))
+    assert done.returncode == 0, done.stderr
+    [printed] = [line for line in done.stdout.splitlines() if line.startswith("results: ")]
+    given = printed.removeprefix("results: ").split(" (invocation")[0]
+    assert given == str(results_dir)
+    listed = tpubench("regressions --results", given)
+    assert listed.returncode == 0 and "in 1 series" in listed.stdout, listed.stdout + listed.stderr
+
+
+def test_compare_results_that_is_a_file_says_so(tmp_path):
+    """Issue 23: a file given as --results was said not to exist."""
+    path = tmp_path / "results.parquet"
+    path.write_text("not a store")
+    done = tpubench("compare --baseline latest --candidate latest --results", str(path))
+    assert done.returncode == 2 and "is a file, not a directory" in done.stderr, done.stderr
+
+
+def test_a_corrupt_store_file_is_one_warning_line(two_sides, tmp_path):
+    """Issue 23: Python's warning format (the source file and the code line of the warn call)
+    came before the output."""
+    damaged = tmp_path / "results"
+    shutil.copytree(two_sides, damaged)
+    bad = next((damaged / "runs").glob("date=*")) / "broken.parquet"
+    bad.write_bytes(b"not parquet at all")
+    done = tpubench("regressions --results", str(damaged))
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"warning: skipping unreadable results file {bad}"), done.stderr
+    assert "UserWarning" not in done.stderr and "warnings.warn" not in done.stderr
+
+
+def test_version():
+    done = tpubench("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"tpubench {__version__}"
+
+
 def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     """A runs file without the newer columns (an older schema version) sits beside current ones."""
     mixed = tmp_path / "results"
@@ -94,7 +163,7 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     )
     pq.write_table(old, path)
     runs = store.load_runs(mixed)
-    assert set(runs["schema_version"]) == {0, 1} and runs["host_other_cpu_share"].isna().sum() == 1
+    assert set(runs["schema_version"]) == {0, SCHEMA_VERSION} and runs["host_other_cpu_share"].isna().sum() == 1
     assert runs["image_size"].isna().all() and runs["flops_source"].isna().sum() == 1
     done = tpubench("compare --baseline tag.side=a --candidate tag.side=b --json --results", str(mixed))
     assert done.returncode == 0, done.stderr
@@ -265,6 +334,31 @@ def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
     done = tpubench(CI, "--out", str(tmp_path / "o3"), "--baseline", str(empty))
     assert done.returncode == 2 and "no runs in it" in done.stderr
     assert not list((tmp_path / "o3").glob("results/runs/*/*.parquet"))  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--baseline", "{tmp}/nope"], "no such directory"),
+        (["--batch-size", "0"], "--batch-size expects positive integers"),
+        (["--gen-len", "4"], "--gen-len applies to decode runs only"),
+    ],
+)
+def test_ci_refusing_its_input_leaves_no_out_folder(tmp_path, extra, message):
+    """Issue 23: `ci` created its --out folder, then rejected the input and left it empty."""
+    out = tmp_path / "night"
+    done = tpubench(CI, "--out", str(out), *(arg.format(tmp=tmp_path) for arg in extra))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_ci_pins_the_shape_as_run_does(tmp_path):
+    """Issue 23: a nightly could not hold a serving shape: `ci` had no --batch-size, --seq-len, --gen-len."""
+    line = CI.replace("--mode infer", "--mode decode").replace("--rounds 2", "--rounds 1")
+    done = tpubench(line, "--batch-size", "3", "--prompt-len", "12", "--gen-len", "4", "--out", str(tmp_path / "n"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = store.load_runs(tmp_path / "n" / "results").to_dict("records")
+    assert (row["batch_size"], row["seq_len"], row["gen_len"], row["mode"]) == (3, 12, 4, "decode")
 
 
 def test_nightly_workflow_passes_actionlint():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import tpubench
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
@@ -60,6 +61,34 @@ def test_decode_run_stores_serving_metrics(results_dir: Path) -> None:
     assert row["bandwidth_util"] is None and "no peak HBM bandwidth" in row["warnings"]  # a CPU has no entry
     steps = store.load_steps(results_dir, phase="measure")
     assert len(steps) == 3 and (steps.ttft_ms < steps.step_ms).all() and steps.tpot_ms.notna().all()
+
+
+def test_tokens_per_s_of_a_decode_run_is_one_figure_everywhere(results_dir: Path, tmp_path: Path) -> None:
+    """Issue 23: one gpt2 tiny decode run showed 23,396 tokens/s in the run summary (prompt plus
+    output tokens), 2,643 in the report (output tokens) and 23,788 as total_tokens_per_s. Now
+    tokens/s is output tokens per second, as serving tools mean it, in the store, the summary
+    and the report alike; prompt plus output is total_tokens_per_s, and labelled so."""
+    done = tpubench(
+        "run --workload gpt2 --size tiny --backend cpu --mode decode --batch-size 2 --prompt-len 32 --gen-len 4 "
+        "--steps 3 --warmup 1 --results",
+        str(results_dir),
+    )
+    assert done.returncode == 0, done.stderr
+    [row] = store.load_runs(results_dir).to_dict("records")
+    assert row["tokens_per_s"] == row["output_tokens_per_s"]
+    assert row["total_tokens_per_s"] == pytest.approx(row["output_tokens_per_s"] * (32 + 4) / 4)
+    lines = done.stdout.splitlines()
+    header = next(line for line in lines if "tokens/s" in line)
+    cells = next(line for line in lines[lines.index(header) :] if line.lstrip().startswith("gpt2/tiny"))
+    shown = cells[: header.index("tokens/s") + len("tokens/s")].split()[-1]  # right-aligned under its header
+    assert shown == f"{row['output_tokens_per_s']:,.0f}", done.stdout
+    markdown = tmp_path / "report.md"
+    report = tpubench(
+        "report --out", str(tmp_path / "r.html"), "--markdown", str(markdown), "--results", str(results_dir)
+    )
+    assert report.returncode == 0, report.stderr
+    text = markdown.read_text()
+    assert f"| {row['output_tokens_per_s']:,.0f} |" in text and "counts output (generated) tokens only" in text
 
 
 def test_a_decode_batch_that_cannot_fit_is_refused_before_the_model_is_built(results_dir: Path) -> None:

@@ -108,6 +108,31 @@ def test_files_from_an_older_schema_still_load(results_dir: Path) -> None:
     assert runs.loc["old", "median_step_ms"] == 1.5
 
 
+def test_a_version_1_decode_row_reads_tokens_per_s_as_output_tokens(results_dir: Path) -> None:
+    """Schema 2: a decode run's tokens_per_s is output tokens per second. Version 1 stored
+    prompt plus output tokens under that name; its rows are converted as they load, by both
+    readers, a train row's left as it was."""
+    rows = [
+        run_row("d", mode="decode", tokens_per_s=23396.0, output_tokens_per_s=2643.0, total_tokens_per_s=23788.0),
+        run_row("t", mode="train", tokens_per_s=5000.0),
+    ]
+    table = store.to_table(rows, "runs")
+    table = table.set_column(
+        table.schema.get_field_index("schema_version"), "schema_version", pa.array([1, 1], pa.int32())
+    )
+    path = store.partition_dir(results_dir, "runs", WHEN) / "v1.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    for runs in (
+        store.load_runs(results_dir),
+        store.scan_table(results_dir, "runs", ["run_id", "tokens_per_s"]),
+        store.scan_table(results_dir, "runs"),
+    ):
+        tokens = runs.set_index("run_id")["tokens_per_s"]
+        assert (tokens["d"], tokens["t"]) == (2643.0, 5000.0)
+    assert list(store.scan_table(results_dir, "runs", ["run_id", "tokens_per_s"]).columns) == ["run_id", "tokens_per_s"]
+
+
 def test_scan_table_reads_only_what_it_is_asked_for_and_agrees_with_load_table(results_dir: Path) -> None:
     old_schema = pa.schema([field for field in RUNS if field.name != "mfu"])
     path = store.partition_dir(results_dir, "runs", WHEN) / "old.parquet"

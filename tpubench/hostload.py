@@ -52,9 +52,15 @@ class HostLoadMeter:
         return HostLoad(load_1m=self._load, other_cpu_share=min(max(others / capacity, 0.0), 1.0))
 
 
+def is_busy(other_cpu_share: float | None) -> bool:
+    """Whether a run's ``host_other_cpu_share`` marks it as measured on a busy host (null: not
+    measured, not busy): the one test the summary, reports, dashboard and comparisons share."""
+    return other_cpu_share is not None and other_cpu_share == other_cpu_share and other_cpu_share > BUSY_SHARE
+
+
 def busy_warning(load: HostLoad) -> str | None:
     """The row's warning when other processes competed for the CPUs while measuring."""
-    if load.other_cpu_share <= BUSY_SHARE:
+    if not is_busy(load.other_cpu_share):
         return None
     return (
         f"host busy: other processes used {100 * load.other_cpu_share:.0f}% of the CPUs while this run was "

@@ -19,9 +19,11 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from tpubench.hostload import is_busy
 from tpubench.spec import DIMENSIONS, shape_label
 
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}  # others (mismatch, failed...) red
+BUSY_STYLE = "yellow"  # ok, but measured while other processes competed for the CPUs
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -46,8 +48,10 @@ def _shape(row: dict[str, Any]) -> str:
 
 def _status(row: dict[str, Any]) -> Text:
     status = row["status"]
+    busy = is_busy(row.get("host_other_cpu_share"))
     return Text(
-        status + (", verified" if row.get("verified") == "match" else ""), style=STATUS_STYLE.get(status, "bold red")
+        status + (", verified" if row.get("verified") == "match" else "") + (", host busy" if busy else ""),
+        style=BUSY_STYLE if busy and status == "ok" else STATUS_STYLE.get(status, "bold red"),
     )
 
 
@@ -119,17 +123,26 @@ def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     """One line per thing a reader must not miss: failures, recompiles, warnings (deduplicated)."""
     lines: list[str] = []
     for row in rows:
-        label = f"{row['workload']}/{row['size']} {row['backend']} {row['mode']}"
+        label = _label(row)
         if row["status"] != "ok":
             lines.append(f"[{row['status']}] {label}: {row.get('error') or 'no reason given'}")
         if row.get("fallback_op_count"):
             lines.append(f"[cpu-fallback] {label}: {row['fallback_ops']}")
         if row.get("recompiles_after_warmup"):
             lines.append(f"[recompile] {label}: {row['recompiles_after_warmup']} compilation(s) after warm-up")
-    seen = set()
-    for row in rows:
+    runs_of: dict[str, list[str]] = {}  # each warning, and the runs that have it
+    for row in _sorted(rows):
         for warning in filter(None, (row.get("warnings") or "").splitlines()):
-            if warning not in seen:
-                seen.add(warning)
-                lines.append(f"[warning] {warning}")
+            runs_of.setdefault(warning, []).append(f"{_label(row)} {_shape(row)}")
+    for warning, labels in runs_of.items():  # each names its runs, unless every one of several has it
+        if len(labels) == 1:
+            lines.append(f"[warning] {labels[0]}: {warning}")
+        elif len(labels) < len(rows):
+            lines.append(f"[warning] {warning} ({'; '.join(labels)})")
+        else:
+            lines.append(f"[warning] {warning}")
     return lines
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['workload']}/{row['size']} {row['backend']} {row['mode']}"

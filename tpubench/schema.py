@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from tpubench.serving import PERCENTILES
 
-SCHEMA_VERSION = 1
+#: 2: a decode run's tokens_per_s is output tokens per second (was prompt plus output tokens)
+SCHEMA_VERSION = 2
 
 STATUSES = ("ok", "mismatch", "failed", "oom", "timeout", "crashed", "unavailable", "skipped")
 

@@ -48,6 +48,11 @@ class StoreError(Exception):
     """A results directory that cannot be read (missing, not a directory)."""
 
 
+class StoreWarning(UserWarning):
+    """A store that can be read only in part (an unreadable file skipped): the command line
+    prints it as one ``warning:`` line, not in Python's format with a source line."""
+
+
 class Location:
     """Where a store lives, for code that must work on a local directory and a bucket alike:
     the fsspec file system, and the root path (local: absolute; remote: bucket/prefix)."""
@@ -161,8 +166,25 @@ class InvocationWriter:
 def parquet_files(results_dir: str | Path, table: str) -> list[str]:
     location = Location(results_dir)
     if not location.exists():
+        if not location.remote and Path(results_dir).exists():
+            raise StoreError(f"results directory {str(results_dir)!r} is a file, not a directory")
         raise StoreError(f"results directory {str(results_dir)!r} does not exist")
+    if (hint := table_folder_hint(results_dir)) is not None:
+        raise StoreError(hint)
     return location.glob(table, "date=*", "*.parquet")
+
+
+def table_folder_hint(results_dir: str | Path) -> str | None:
+    """Why ``results_dir`` is not a store but one of a store's tables (``DIR/runs``, which
+    ``tpubench run`` used to print), naming the store to give instead; None otherwise.
+
+    Read as a store, a table's folder holds no tables of its own: every command would
+    report nothing and exit 0, so it is refused rather than read as empty.
+    """
+    path = Path(results_dir)
+    if is_remote(results_dir) or path.name not in TABLES or not any(path.glob("date=*/*.parquet")):
+        return None
+    return f"{str(results_dir)!r} is the {path.name}/ folder of a results store; give the store itself: {path.parent}"
 
 
 def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
@@ -182,8 +204,8 @@ def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
         try:
             pieces.append(location.read_table(path))
         except (pa.ArrowException, OSError) as error:
-            warnings.warn(f"skipping unreadable results file {path}: {error}", stacklevel=2)
-    frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
+            warnings.warn(f"skipping unreadable results file {path}: {error}", StoreWarning, stacklevel=2)
+    frame = upgrade(pa.concat_tables(pieces, promote_options="permissive").to_pandas(), table)
     for column, wanted in filters.items():
         if isinstance(wanted, (list, tuple, set, frozenset)):
             frame = frame[frame[column].isin(list(wanted))]
@@ -219,21 +241,47 @@ def scan_table(
     location = Location(results_dir)
     filesystem = location.fs if location.remote else None
 
+    read_columns = list(columns) if columns else None
+    if read_columns and table == "runs" and "tokens_per_s" in read_columns:  # what upgrade() needs
+        read_columns += [column for column in UPGRADE_COLUMNS if column not in read_columns]
+
     def read(files: list[str]) -> pa.Table:
         dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=filesystem)
-        return dataset.to_table(columns=list(columns) if columns else None, filter=expression)
+        return dataset.to_table(columns=read_columns, filter=expression)
 
     try:
         found = read(paths)
     except (pa.ArrowException, OSError):
-        pieces = [schema.empty_table().select(list(columns) if columns else schema.names)]
+        pieces = [schema.empty_table().select(read_columns or schema.names)]
         for path in paths:
             try:
                 pieces.append(read([path]))
             except (pa.ArrowException, OSError) as error:
-                warnings.warn(f"skipping unreadable results file {location.display(path)}: {error}", stacklevel=2)
+                warnings.warn(
+                    f"skipping unreadable results file {location.display(path)}: {error}", StoreWarning, stacklevel=2
+                )
         found = pa.concat_tables(pieces)
-    return found.to_pandas()
+    frame = upgrade(found.to_pandas(), table)
+    return frame[list(columns)] if columns else frame
+
+
+#: the runs columns :func:`upgrade` reads to convert an older row's ``tokens_per_s``
+UPGRADE_COLUMNS = ("schema_version", "mode", "output_tokens_per_s")
+
+
+def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Rows of older schema versions in the current meaning of their columns (docs/schema.md).
+
+    Version 2: a decode run's ``tokens_per_s`` is output tokens per second, the serving
+    tools' meaning and the same figure as ``output_tokens_per_s``; before, it counted the
+    prompt's tokens too (over the median generation), a second meaning under one name.
+    """
+    if table != "runs" or not {"tokens_per_s", *UPGRADE_COLUMNS} <= set(frame.columns):
+        return frame
+    older = (frame["schema_version"] < 2) & (frame["mode"] == "decode")
+    if older.any():
+        frame.loc[older, "tokens_per_s"] = frame.loc[older, "output_tokens_per_s"]
+    return frame
 
 
 def _members(value: Any) -> set[Any]:

@@ -235,11 +235,11 @@ def throughput_columns(
     """
     step_s = median_step_ms / 1e3
     flops = step_flops(workload, config, spec)
-    # decode: prompt and generated tokens per generation, like total_tokens_per_s
-    tokens = spec.batch_size * (spec.seq_len + spec.gen_len) if spec.seq_len is not None else None
+    tokens = spec.batch_size * spec.seq_len if spec.seq_len is not None else None  # none without a sequence
     return {
         "samples_per_s": spec.batch_size / step_s,
-        "tokens_per_s": tokens / step_s if tokens is not None else None,
+        # decode: output tokens per second, as serving tools mean it (set by serving_columns)
+        **({} if spec.mode == "decode" else {"tokens_per_s": tokens / step_s if tokens is not None else None}),
         "flops_per_step": flops,
         **FLOPS_SOURCE,
         "mfu": peaks.mfu(flops, step_s, *device, spec.dtype, precision),
@@ -301,7 +301,10 @@ def serving_columns(
             stacklevel=2,
         )
     utilisation = bandwidth_utilisation(moved, metrics["tpot_p50_ms"], peak.device_hbm_bytes_per_s if peak else None)
-    return {**metrics, "decode_bytes_per_step": moved, "bandwidth_util": utilisation}
+    # tokens/s means output tokens per second everywhere (serving tools' sense): one figure, not
+    # a second definition (prompt plus output tokens is total_tokens_per_s, labelled as such)
+    tokens = metrics["output_tokens_per_s"]
+    return {**metrics, "tokens_per_s": tokens, "decode_bytes_per_step": moved, "bandwidth_util": utilisation}
 
 
 def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:

@@ -37,11 +37,25 @@ def selectors(view: ui.View) -> tuple[str, str] | None:
         "Compare", list(HOW), format_func=HOW.__getitem__, horizontal=True, key=state.bind("how", "nights", choices=HOW)
     )
     if how == "nights":
-        nights = data.invocations(view.runs)["invocation_id"]
-        if len(nights) < 2:
+        nights = data.last_two_nights(view.runs)
+        if nights is None:
             st.info("The filtered runs come from one invocation only: there is no earlier one to compare with.")
             return None
-        return f"invocation={nights.iloc[1]}", f"invocation={nights.iloc[0]}"
+        if nights.before is None:
+            st.info(
+                f"No earlier invocation ran any configuration of the latest, `{nights.latest}` (same workload, "
+                "shape, backend and device), so nothing would pair: in a store merged from several machines each "
+                "ran its own. Pick a machine's runs with the sidebar's Device filter, or compare any two "
+                "selections."
+            )
+            return None
+        if nights.passed_over:
+            st.caption(
+                f"Passed over {len(nights.passed_over)} more recent invocation(s) "
+                f"({', '.join(f'`{n}`' for n in nights.passed_over)}): none ran a configuration of the latest "
+                "(same workload, shape, backend and device), as another machine's runs in a merged store do not."
+            )
+        return f"invocation={nights.before}", f"invocation={nights.latest}"
     if how == "backends":
         present = sorted(view.runs["backend"].unique())
         if len(present) < 2:
@@ -64,6 +78,16 @@ def selectors(view: ui.View) -> tuple[str, str] | None:
         st.info("Type a selector for each side, e.g. baseline `sha=1a2b3c` and candidate `latest`.")
         return None
     return base, test
+
+
+def terminal_command(
+    view: ui.View, base_selector: str, test_selector: str, base: pd.DataFrame, test: pd.DataFrame
+) -> str:
+    """``tpubench compare`` with the same selectors, on the store(s) that hold each side."""
+    test_store = data.store_of(view.results, view.index, test["run_id"]) or data.stores(view.results)[0]
+    base_store = data.store_of(view.results, view.index, base["run_id"]) or data.stores(view.results)[0]
+    command = f"tpubench compare --baseline '{base_selector}' --candidate '{test_selector}' --results {test_store}"
+    return command + (f" --baseline-results {base_store}" if base_store != test_store else "")
 
 
 def verdict_table(frame: pd.DataFrame, show_all: bool) -> pd.DataFrame:
@@ -119,6 +143,7 @@ def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
             "tokens per USD baseline": cross["base_tokens_per_usd"],
             "tokens per USD candidate": cross["test_tokens_per_usd"],
             "cost ratio": cross["cost_ratio"],
+            "caveat": cross["caveat"].fillna(""),
         }
     )
 
@@ -153,17 +178,23 @@ def main() -> None:
         f"Baseline `{base_selector}` ({len(base)} runs) against candidate `{test_selector}` ({len(test)} runs). "
         "The same in a terminal (on the whole store, without the sidebar's filters):"
     )
-    st.code(
-        f"tpubench compare --baseline '{base_selector}' --candidate '{test_selector}' --results {view.results}",
-        language="bash",
-    )
+    st.code(terminal_command(view, base_selector, test_selector, base, test), language="bash", wrap_lines=True)
     pairs = lambda runs: tuple(zip(runs["invocation_id"], runs["run_id"], strict=True))  # noqa: E731
     result = data.comparison(view.results, pairs(base), pairs(test), statistic)
     ui.warn_skipped(result.skipped)
     counts = compare.verdict_counts(result.frame)
     for column, (verdict, n) in zip(st.columns(len(counts)), counts.items(), strict=True):
         column.metric(verdict, n)
-    st.caption(f"Paired on {', '.join(result.keys)}.")
+    unpaired = result.frame[result.frame["verdict"] == "unpaired"]
+    st.caption(
+        f"Paired on {', '.join(result.keys)}."
+        + (
+            f" {len(unpaired)} configuration(s) ran on one side only and cannot be paired (the unpaired rows "
+            "below say which side lacks each)."
+            if not unpaired.empty
+            else ""
+        )
+    )
     if not result.cross.empty:
         st.subheader("Across backends: speed and cost")
         st.plotly_chart(charts.speedup_chart(result.cross), key="compare-speedup")

@@ -36,7 +36,7 @@ def _no_rows(view: ui.View, run_id: str) -> None:
         f"Run `{run_id}` has a trace but no ops rows: its trace could not be read when it was ingested. "
         "Build them again with:"
     )
-    st.code(f"tpubench ops --ingest {run_id} --results {view.results}", language="bash")
+    st.code(f"tpubench ops --ingest {run_id} --results {ui.results_of(view, run_id)}", language="bash")
 
 
 def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
@@ -79,11 +79,16 @@ def main() -> None:
     )
     rows = analysis.of_source(ops, source)
     first = rows.iloc[0]
-    steps, step_us = first["traced_steps"], first["step_time_us"]
-    if pd.notna(steps) and pd.notna(step_us) and steps:
-        st.caption(
-            f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {step_us / steps / 1e3:.2f} ms"
-        )
+    steps, traced_ms = first["traced_steps"], analysis.traced_step_ms(ops, source)
+    if traced_ms is not None:
+        st.caption(f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {traced_ms:.2f} ms")
+    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    median = data.runs(view.results, (invocation,), (run_id,), ("run_id", "median_step_ms")).frame["median_step_ms"]
+    overhead = analysis.profiler_overhead(traced_ms, float(median.iloc[0]) if len(median) else None)
+    if overhead:
+        st.info(f"Profiler overhead: {overhead}.")
+    if unsplit := analysis.unsplit_graphs(ops, source):
+        st.warning(unsplit + ".")
     ranked = analysis.top_ops(ops, n=top, by=by, source=source)
     left, right = st.columns([3, 2])
     left.plotly_chart(charts.top_ops_bar(ranked), key="ops-top")
@@ -114,10 +119,17 @@ def main() -> None:
         st.caption(
             "The two runs' ops come from different sources (e.g. CUDA kernels and XLA ops): compared by category."
         )
+    if unsplit := analysis.unsplit_graphs(base):
+        st.warning(f"Base run `{other}`: {unsplit}.")
     diff = analysis.diff_ops(base, ops, by=by_key)
     st.plotly_chart(charts.diff_bar(diff.head(top), by_key), key="ops-diff")
     ui.table(diff.style.format(precision=1, thousands=","))
-    st.caption(f"In a terminal: `tpubench ops --diff {other} {run_id} --results {view.results}`")
+    where = data.store_of(view.results, view.index, [other, run_id])
+    st.caption(
+        f"In a terminal: `tpubench ops --diff {other} {run_id} --results {where}`"
+        if where
+        else "The two runs lie in different stores: merge them (README, Several machines) to diff them in a terminal."
+    )
 
 
 main()

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from reports import summary_table
+from tpubench.hostload import BUSY_SHARE, is_busy
 
 #: what a matrix cell shows: summary column -> (label, how a value reads)
 VALUES = {
@@ -17,6 +18,7 @@ VALUES = {
     "status": ("status", str),
 }
 NOT_OK_MARK = "✗ "
+BUSY_MARK = " ⚠"  # some of the cell's runs were measured on a busy host
 
 
 def matrix(summary: pd.DataFrame, value: str) -> pd.DataFrame:
@@ -27,7 +29,8 @@ def matrix(summary: pd.DataFrame, value: str) -> pd.DataFrame:
     frame["column"] = frame["backend"] + " (" + frame["device"].fillna("no device") + ")"
     read = VALUES[value][1]
     frame["cell"] = [
-        read(row[value]) if row["status"] == "ok" or value == "status" else NOT_OK_MARK + row["status"]
+        (read(row[value]) if row["status"] == "ok" or value == "status" else NOT_OK_MARK + row["status"])
+        + (BUSY_MARK if row["host_busy_runs"] else "")
         for row in frame.to_dict("records")
     ]
     pivot = frame.pivot_table(index="configuration", columns="column", values="cell", aggfunc="first")
@@ -53,6 +56,19 @@ def problems(runs: pd.DataFrame) -> pd.DataFrame:
             "device": bad["device"].fillna("-"),
             "reason": reason.fillna("").str.split("\n").str[0].str.slice(0, 300),
             "details": "run_details?run=" + bad["run_id"],
+        }
+    )
+
+
+def busy_runs(busy: pd.DataFrame) -> pd.DataFrame:
+    """The runs other processes competed with, each with their share of the CPUs."""
+    return pd.DataFrame(
+        {
+            "configuration": charts.config_label(busy),
+            "backend": busy["backend"],
+            "median step (ms)": busy["median_step_ms"],
+            "other processes' CPU share (%)": 100 * busy["host_other_cpu_share"],
+            "details": "run_details?run=" + busy["run_id"],
         }
     )
 
@@ -85,11 +101,17 @@ def main() -> None:
     st.subheader(f"{VALUES[value][0]} per configuration and backend")
     st.caption(
         "Repeated runs of a configuration are pooled (median of their medians). A cell marked ✗ did not finish "
-        "ok: its status replaces the number. MFU is empty where the device has no peak FLOP/s entry (every CPU)."
+        "ok: its status replaces the number. A cell marked ⚠ has runs measured on a busy host (other processes "
+        f"used more than {100 * BUSY_SHARE:.0f}% of the CPUs): their times may be inflated. MFU is empty where the "
+        "device has no peak FLOP/s entry (every CPU)."
     )
     ui.table(matrix(summary, value).style.map(_style), hide_index=False, height="content")
     if summary["median_step_ms"].notna().any():
         st.plotly_chart(charts.step_bars(summary), key="overview-steps")
+    busy = runs[runs["host_other_cpu_share"].map(is_busy)]
+    if not busy.empty:
+        st.subheader(f"Runs measured on a busy host ({len(busy)})")
+        ui.table(busy_runs(busy), links=("details",))
     bad = problems(runs)
     st.subheader(f"Runs that did not finish ok ({len(bad)})")
     if bad.empty:

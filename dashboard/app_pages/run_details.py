@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -18,10 +19,10 @@ CONFIG = (
 )  # fmt: skip
 RESULTS = (
     "median_step_ms", "p10_step_ms", "p90_step_ms", "mean_step_ms", "std_step_ms", "ci_low_step_ms",
-    "ci_high_step_ms", "median_host_ms", "samples_per_s", "tokens_per_s", "mfu", "flops_per_step", "flops_source",
-    "attention_flops", "first_step_s", "compile_count", "compile_s", "recompiles_after_warmup", "peak_mem_bytes",
-    "estimated_mem_bytes", "param_count", "active_param_count", "worker_wall_s", "device_wait_s", "host_load_1m",
-    "host_other_cpu_share",
+    "ci_high_step_ms", "median_host_ms", "samples_per_s", "tokens_per_s", "total_tokens_per_s", "ttft_p50_ms",
+    "tpot_p50_ms", "itl_p50_ms", "bandwidth_util", "mfu", "flops_per_step", "flops_source", "attention_flops",
+    "first_step_s", "compile_count", "compile_s", "recompiles_after_warmup", "peak_mem_bytes", "estimated_mem_bytes",
+    "param_count", "active_param_count", "worker_wall_s", "device_wait_s", "host_load_1m", "host_other_cpu_share",
 )  # fmt: skip
 ENVIRONMENT = (
     "host", "ray_node_id", "cpu_model", "device_count", "python_executable", "python_version", "torch_version",
@@ -29,11 +30,47 @@ ENVIRONMENT = (
 )  # fmt: skip
 
 
+#: fields read as a share (shown in percent)
+SHARES = frozenset({"mfu", "bandwidth_util", "host_other_cpu_share"})
+#: what a column's name alone does not say: which tokens a rate counts
+LABELS = {
+    "tokens_per_s": "tokens_per_s (decode: output tokens)",
+    "total_tokens_per_s": "total_tokens_per_s (prompt + output)",
+}
+
+
+def shown_value(name: str, value: object) -> str:
+    """A field as a reader takes it in: bytes in MiB/GiB, shares in percent, times and rates
+    to four significant figures with thousands separators, counts with separators. The
+    stored value keeps its full precision (``tpubench run --json``, the parquet)."""
+    if isinstance(value, pd.Timestamp):
+        return f"{value:%Y-%m-%d %H:%M:%S} UTC"
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+        return str(value)
+    if name.endswith("_bytes"):
+        return f"{value / 2**30:,.2f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"
+    if name in SHARES:
+        return f"{100 * value:.1f}%"
+    if name == "max_rel_err" or name == "verify_tolerance":
+        return f"{value:.2e}"
+    if name == "flops_per_step":
+        return f"{value:.3g}"
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) >= 1):
+        return f"{int(value):,}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def fields(run: pd.Series, names: tuple[str, ...]) -> pd.DataFrame:
     """``names`` of ``run`` that have a value, as a two-column table of text."""
     shown = [(name, run[name]) for name in names if name in run and pd.notna(run[name]) and run[name] != ""]
-    text = [f"{v:%Y-%m-%d %H:%M:%S} UTC" if isinstance(v, pd.Timestamp) else str(v) for _, v in shown]
-    return pd.DataFrame({"field": [name for name, _ in shown], "value": text})
+    return pd.DataFrame(
+        {
+            "field": [LABELS.get(name, name) for name, _ in shown],
+            "value": [
+                shown_value(name, value.item() if isinstance(value, np.generic) else value) for name, value in shown
+            ],
+        }
+    )
 
 
 def main() -> None:

@@ -41,7 +41,10 @@ ATEN_RULES = _rules(
         r"|Pregraph bytecode|AOTDispatcher|cuda[A-Z]|cu[A-Z]|detach$|aten::(item|_local_scalar_dense)$)"
         r"|Backward\d*$",
     ),
-    ("other", r"^## Call CompiledFxGraph"),  # an Inductor graph's own fused kernels: what they do is not named
+    # an Inductor graph's call: with its kernels named (a profiled cpu-compile run's are, see
+    # tpubench.backends.dynamo.name_kernels) its own time is the wrapper's; in older traces it
+    # held the fused kernels too, which nothing can split (tpubench ops says so)
+    ("other", r"^## Call CompiledFxGraph"),
     ("collective", r"^c10d::|nccl|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"),
     ("attention", r"attention|^aten::_?fused_sdp|flex_attention"),
     ("normalization", r"norm(_backward)?$|_norm_|batch_norm|group_norm|layer_norm|rms_norm"),
@@ -174,6 +177,36 @@ XPROF_CATEGORIES = _rules(
 )
 
 
+#: Inductor's generated kernels, named after the aten ops they fuse (``descriptive_names``:
+#: ``graph_0_cpp_fused_gelu_view_2`` on a CPU, ``triton_per_fused_native_layer_norm_0`` on a GPU)
+INDUCTOR_KERNEL = re.compile(r"^(graph_\d+_)?(cpp|triton)_([a-z]+_)?fused_(?P<ops>\w*?)(_\d+)?$")
+#: what decides a fused kernel's category, in order: the heaviest kind of work among its ops
+#: (a layer norm fused with the residual add is a normalization kernel, a softmax with its
+#: scaling a reduction); anything else it fuses is elementwise or data movement work
+FUSED_RULES = _rules(
+    ("attention", r"attention|_scaled_dot_product|sdpa|flash"),
+    ("normalization", r"layer_norm|rms_norm|batch_norm|group_norm|native_norm"),
+    ("matmul", r"(^|_)(b?mm|addmm|baddbmm|linear)(_|$)"),
+    ("convolution", r"(^|_)convolution(_|$)"),
+    ("reduction", r"softmax|(^|_)(sum|mean|amax|amin|max|min|argmax|argmin|logsumexp|var_mean|nll_loss|cumsum)(_|$)"),
+    (
+        "elementwise",
+        r"(^|_)(add|sub|mul|div|pow|exp|log|sqrt|rsqrt|tanh|gelu|silu|relu|sigmoid|neg|where|clamp|erf|addcmul"
+        r"|addcdiv|lerp|lt|gt|eq|ne|le|ge|sin|cos|reciprocal|abs|maximum|minimum|masked_fill|scalar_tensor)(_|$)",
+    ),
+    ("data movement", r"."),  # only views, copies, embeddings, clones, cats: moving data
+)
+
+
+def fused_category(name: str) -> str | None:
+    """The category of one of Inductor's fused kernels (see :data:`INDUCTOR_KERNEL`), from the
+    ops its name lists; None for any other name."""
+    found = INDUCTOR_KERNEL.match(name)
+    if found is None:
+        return None
+    return _first(FUSED_RULES, found["ops"]) or "elementwise"
+
+
 def _first(rules: tuple[tuple[str, re.Pattern[str]], ...], name: str) -> str | None:
     return next((category for category, pattern in rules if pattern.search(name)), None)
 
@@ -210,6 +243,8 @@ def categorize(source: str, op: str, hint: str | None = None, framework_op: str 
     ``hint`` is the tool's own category (XProf's for an HLO op) and ``framework_op`` the
     framework op behind an HLO op; both only decide when the name does not.
     """
+    if source in ("aten", "kernel") and (fused := fused_category(op)) is not None:
+        return fused
     if source == "aten":
         return _first(ATEN_RULES, op) or "other"
     if source == "kernel":

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from tpubench.hostload import BUSY_SHARE
+from tpubench.hostload import BUSY_SHARE, is_busy
 from tpubench.spec import DIMENSIONS
 
 #: what two runs must share to be compared
@@ -668,7 +668,21 @@ CROSS_COLUMNS = [
     "base_tokens_per_usd",
     "test_tokens_per_usd",
     "cost_ratio",
+    "caveat",
 ]
+
+
+def busy_caveat(base: pd.DataFrame, test: pd.DataFrame) -> str | None:
+    """What a speed-up rests on when runs of either side were measured on a busy host (other
+    processes used the CPUs: :func:`tpubench.hostload.is_busy`); None when neither was."""
+    parts = []
+    for name, runs in (("baseline", base), ("candidate", test)):
+        busy = int(runs["host_other_cpu_share"].map(is_busy).sum())
+        if busy:
+            parts.append(f"host busy during {busy} of {len(runs)} {name} run(s)")
+    if not parts:
+        return None
+    return "; ".join(parts) + ": its step times may be inflated, and the speed-up with them"
 
 
 def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, prices: Mapping[str, Any]) -> pd.DataFrame:
@@ -705,5 +719,6 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
                 row["speedup"] = row["base_step_ms"] / row["test_step_ms"]
                 base_per_usd, test_per_usd = row["base_tokens_per_usd"], row["test_tokens_per_usd"]
                 row["cost_ratio"] = test_per_usd / base_per_usd if base_per_usd and test_per_usd else None
+                row["caveat"] = busy_caveat(base, test)
                 rows.append(row)
     return pd.DataFrame(rows, columns=CROSS_COLUMNS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tpubench.analysis.categories import CATEGORIES
+from tpubench.analysis.categories import CATEGORIES, fused_category
 
 #: the source whose rows say where a run's device time went, most device-side first
 SOURCE_PREFERENCE = ("kernel", "hlo", "aten")
@@ -179,3 +179,51 @@ def diff_ops(
         "delta_pct",
     ]
     return frame.loc[order, columns].reset_index(drop=True)
+
+
+def traced_step_ms(ops: pd.DataFrame, source: str | None = None) -> float | None:
+    """One traced step's wall time (ms): the traced steps' time over their count; None if unknown."""
+    first = of_source(ops, source).iloc[0]
+    steps, step_us = first["traced_steps"], first["step_time_us"]
+    return float(step_us / steps / 1e3) if pd.notna(steps) and pd.notna(step_us) and steps else None
+
+
+def profiler_overhead(traced_ms: float | None, median_step_ms: float | None) -> str | None:
+    """The traced step against the run's untraced median, said beside every ops table: a
+    profiler records each op (with its shapes), so a traced step is slower than a measured
+    one, by how much depends on how many ops a step runs. The table's times are the traced
+    step's; its percentages are the shares to read."""
+    if traced_ms is None or median_step_ms is None or median_step_ms != median_step_ms or median_step_ms <= 0:
+        return None
+    ratio = traced_ms / median_step_ms
+    effect = (
+        f"the profiler's overhead is {100 * (ratio - 1):.0f}% (it records every op, with its shapes)"
+        if ratio >= 1
+        else "no profiler overhead shows: the host's load differed between the measured and the traced steps"
+    )
+    return (
+        f"a traced step took {traced_ms:,.2f} ms against the run's untraced median of {median_step_ms:,.2f} ms "
+        f"(x{ratio:.2f}): {effect}. The times in the table are the traced step's; read its percentages as the "
+        "shares of the run's step"
+    )
+
+
+GRAPH_CALL = "## Call CompiledFxGraph"
+
+
+def unsplit_graphs(ops: pd.DataFrame, source: str | None = None) -> str | None:
+    """Why a compiled run's categories cannot be trusted, when they cannot: Inductor's fused
+    kernels ran inside ``## Call CompiledFxGraph`` events (category other) and the trace does
+    not name them (traced before tpubench had Inductor name its kernels: runs profiled now
+    have a row per kernel, :func:`tpubench.analysis.categories.fused_category`). None otherwise."""
+    rows = of_source(ops, source)
+    graphs = rows[rows["op"].str.startswith(GRAPH_CALL)]
+    if graphs.empty or rows["op"].map(fused_category).notna().any():
+        return None
+    share = graphs["self_pct"].sum(min_count=1)
+    said = f" ({share:.1f}% of the step)" if pd.notna(share) else ""
+    return (
+        f"Inductor's fused kernels ran inside {len(graphs)} `{GRAPH_CALL} ...` row(s) in 'other'{said}, which this "
+        "trace does not split: the elementwise and normalization work they fused is missing from those categories. "
+        "Profile the run again (`tpubench run --profile`) to get a row per fused kernel, named after its ops"
+    )

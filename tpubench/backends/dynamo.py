@@ -68,6 +68,18 @@ def cache_counters() -> dict[str, int]:
     }
 
 
+def name_kernels() -> None:
+    """Have Inductor's C++ kernels record a profiler event each (a profiled run only; must run
+    before the first compilation). Without it a CPU trace shows a compiled graph as one
+    ``## Call CompiledFxGraph <hash> ##`` event whose fused kernels nobody can attribute;
+    with it each kernel is an event named after the ops it fuses
+    (``cpp_fused_add_native_layer_norm_3``), which :mod:`tpubench.analysis.categories`
+    reads. Outside a profiler the events cost a flag check per kernel call."""
+    from torch._inductor import config  # set here: the worker's fork server may have read the environment
+
+    config.cpp.enable_kernel_profile = True
+
+
 def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
     """Compile with static shapes: a benchmark's shapes never change, so neither should graphs."""
     import torch
@@ -81,6 +93,8 @@ class InductorCompiled:
     def setup(self, spec: RunSpec) -> None:
         super().setup(spec)  # type: ignore[misc]
         use_cache_dir(spec.compile_cache)
+        if spec.profile_steps:
+            name_kernels()
 
     def extra_metrics(self) -> dict[str, Any]:
         return {**super().extra_metrics(), **cache_counters()}  # type: ignore[misc]

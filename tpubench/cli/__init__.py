@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
+from typing import TextIO
 
 import typer
 from typer.exceptions import TyperException
@@ -40,7 +42,28 @@ def load_commands(argv: list[str]) -> None:
         importlib.import_module(f"tpubench.cli.{module}")
 
 
+PYTHON_SHOWWARNING = warnings.showwarning
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """tpubench's own warnings (a store file skipped as unreadable) as one ``warning:`` line on
+    stderr; Python's format (the source file, line and code of the ``warn`` call) says nothing
+    to a user. Other libraries' warnings keep that format."""
+    if issubclass(category, UserWarning) and category.__module__.split(".")[0] == "tpubench":
+        print(f"warning: {message}", file=file or sys.stderr)
+    else:
+        PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
 def main() -> None:
+    warnings.showwarning = show_warning
     load_commands(sys.argv)
     try:
         code = app(standalone_mode=False)

@@ -36,7 +36,7 @@ from tpubench import store
 from tpubench.analysis import compare
 from tpubench.cli.common import BadInput, app, console, key_values, writable_dir
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
-from tpubench.cli.planning import choose_runs, plan_runs, pythons
+from tpubench.cli.planning import choose_runs, plan_runs, pythons, shape_options
 from tpubench.cli.run import local_backends, suite_progress
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
@@ -140,6 +140,12 @@ def ci_command(
     size: Annotated[
         list[str] | None, typer.Option(help="Size name(s), e.g. tiny or tiny,124m; repeatable (default: each one's).")
     ] = None,
+    batch_size: Annotated[
+        str | None, typer.Option(help="Batch size(s), e.g. 8 or 1,8,32 (default: each one's).")
+    ] = None,
+    seq_len: Annotated[str | None, typer.Option(help="Sequence length(s); for prefill/decode the prompt.")] = None,
+    prompt_len: Annotated[str | None, typer.Option(help="Prompt length(s) for prefill/decode (= --seq-len).")] = None,
+    gen_len: Annotated[str | None, typer.Option(help="Output tokens per sequence for decode, e.g. 128.")] = None,
     dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
     rounds: Annotated[
         str,
@@ -170,19 +176,22 @@ def ci_command(
 ) -> None:
     """The nightly job: run the suite, compare with the baseline, write the summary and report; exit 1 on regression."""
     choice = choose_runs(suite, workload, backend, mode, size, dtype)
+    shape = shape_options(choice, batch_size, seq_len, prompt_len, gen_len)
     settings = settings_from(threshold, statistic)
     fixed_rounds = parse_rounds(rounds)
     price_table = prices_from(prices)
-    out_dir = writable_dir("--out", out)
-    results_dir = out_dir / "results"
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: not a directory")
+    results_dir = out.resolve() / "results"
     if results_dir.exists() and any(results_dir.glob("runs/date=*/*.parquet")):
         raise BadInput(f"--out {out}: {results_dir} already holds runs; give the job an empty folder")
     base = load_baseline(baseline, results) if baseline else None
-    if threads is not None:  # the workers' environment, and so their fork server's, is the parent's
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-    specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout)
+    specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout, **shape)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
+    out_dir = writable_dir("--out", out)  # created only once the input is known good: a refusal leaves no folder
+    if threads is not None:  # the workers' environment, and so their fork server's, is the parent's
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     runner = SuiteRunner(
         results_dir=results_dir, pythons=pythons(python), tags={"ci": "nightly", **key_values("--tag", tag)}
     )

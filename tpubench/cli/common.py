@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -25,8 +26,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from tpubench import __version__
+
+        print(f"tpubench {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def command_group() -> None:
+def command_group(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """Always a group of commands, even when :func:`tpubench.cli.main` registered only the
     one it runs (typer would otherwise take a lone command as the whole program)."""
 

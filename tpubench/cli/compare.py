@@ -49,7 +49,8 @@ def load_all_runs(results: str) -> pd.DataFrame:
     try:
         return store.load_runs(results)
     except StoreError as error:
-        raise BadInput(f"{error}; `tpubench run --results DIR` creates one") from error
+        hint = "; `tpubench run --results DIR` creates one" if "does not exist" in str(error) else ""
+        raise BadInput(f"{error}{hint}") from error
 
 
 def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Selection:
@@ -163,8 +164,9 @@ def cross_table(cross: pd.DataFrame) -> Table:
         "tokens/$ base",
         "tokens/$ cand",
         "cost ratio",
+        "caveat",
     ):
-        table.add_column(header, justify="left" if header.startswith(("config", "baseline ->")) else "right")
+        table.add_column(header, justify="left" if header.startswith(("config", "baseline ->", "caveat")) else "right")
     for row in cross.to_dict("records"):
         table.add_row(
             _config(row),
@@ -177,6 +179,7 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
+            row.get("caveat") or "",
         )
     return table
 
@@ -221,6 +224,7 @@ def compare_command(
     """Compare candidate runs with baseline runs: ratio, CI, significance and a verdict per metric."""
     settings = settings_from(threshold, statistic)
     price_table = prices_from(prices)
+    markdown = _output_file("--markdown", markdown)
     all_candidate_runs = load_all_runs(results)
     chosen_candidate = select(results, candidate, all_candidate_runs)
     base_store = baseline_results or results

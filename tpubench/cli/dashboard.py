@@ -51,7 +51,12 @@ def streamlit_command(address: str, port: int) -> list[str]:
 
 @app.command("dashboard")
 def dashboard_command(
-    results: Annotated[str, typer.Option(help="Results directory or s3:// / gs:// URL.")] = str(DEFAULT_RESULTS_DIR),
+    results: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Results directory or s3:// / gs:// URL; repeat it to show the stores of several machines as one."
+        ),
+    ] = None,
     port: Annotated[int, typer.Option(help="Port to listen on.")] = DEFAULT_PORT,
     address: Annotated[
         str,
@@ -63,11 +68,7 @@ def dashboard_command(
         raise BadInput(f"--port expects 1-65535, got {port}")
     if importlib.util.find_spec("streamlit") is None:
         raise BadInput("the dashboard needs Streamlit: pip install -e '.[dashboard]'")
-    if not store.is_remote(results):
-        path = Path(results)
-        if path.exists() and not path.is_dir():
-            raise BadInput(f"--results {results}: not a directory")
-        results = str(path.resolve())  # a missing one is fine: the dashboard says how to fill it
+    locations = [store_location(text) for text in dict.fromkeys(results or [str(DEFAULT_RESULTS_DIR)])]
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((address, port))
@@ -75,9 +76,25 @@ def dashboard_command(
         raise BadInput(
             f"cannot listen on {address}:{port} ({error.strerror or error}); --port P picks another"
         ) from error
-    console.print(f"dashboard: http://{address}:{port}/   (results: {results}; Ctrl-C stops it)")
+    console.print(f"dashboard: http://{address}:{port}/   (results: {', '.join(locations)}; Ctrl-C stops it)")
     if address != LOOPBACK:
         console.print(f"[warning] listening on {address}: anyone who can reach it can read these results")
     sys.stdout.flush()
     # exec, not a child: Ctrl-C and SIGTERM reach Streamlit itself, and nothing outlives the command
-    os.execve(sys.executable, streamlit_command(address, port), {**os.environ, dashboard.RESULTS_ENV: results})
+    shown = dashboard.STORE_SEPARATOR.join(locations)
+    os.execve(sys.executable, streamlit_command(address, port), {**os.environ, dashboard.RESULTS_ENV: shown})
+
+
+def store_location(text: str) -> str:
+    """One ``--results``: a bucket URL as it is, a local folder made absolute (a missing one is
+    fine: the dashboard says how to fill it); a file or a store's table folder is bad input."""
+    if store.is_remote(text):
+        return text
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"--results {text}: not a directory")
+    if (hint := store.table_folder_hint(path)) is not None:
+        raise BadInput(hint)
+    if dashboard.STORE_SEPARATOR in text:
+        raise BadInput(f"--results {text!r}: a line break in a path is not supported")
+    return str(path.resolve())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -166,10 +167,20 @@ def backends_table(backends: dict[str, dict[str, Any]]) -> Table:
     table.add_column("ok", no_wrap=True)
     table.add_column("device, or why not; versions; interpreter", overflow="fold")
     for name, entry in backends.items():
-        count = f" x{entry['device_count']}" if entry["device_count"] else ""
-        details = [f"{entry['device_name']}{count}" if entry["available"] else entry["reason"]]
+        details = [f"{entry['device_name']}{device_count(name, entry)}" if entry["available"] else entry["reason"]]
         versions = ", ".join(f"{k} {v}" for k, v in entry["versions"].items())
         details.append(versions or f"torch {entry['torch_version'] or '?'}")
         details.append(f"python {entry['python_version'] or '?'} at {entry['python']}")
         table.add_row(name, "yes" if entry["available"] else "no", "\n".join(details))
     return table
+
+
+def device_count(backend: str, entry: dict[str, Any]) -> str:
+    """What ``device_count`` counts, said in words: torch sees all the host's CPUs as one
+    device (a bare ``x1`` read as one CPU core), a GPU or TPU host has one device per chip."""
+    count = entry["device_count"]
+    if not count:
+        return ""
+    if backend.startswith("cpu"):
+        return f" (one torch device over {os.cpu_count()} logical CPUs)"
+    return f" ({count} device{'s' if count != 1 else ''} on this host)"

@@ -43,8 +43,12 @@ def _results_dir(results: str, local: bool = False) -> Path | str:
             raise BadInput(f"--results {results} does not exist")
         return results
     path = Path(results)
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"results directory {results!r} is a file, not a directory")
     if not path.is_dir():
         raise BadInput(f"results directory {results!r} does not exist; `tpubench run --results DIR` creates one")
+    if (hint := store.table_folder_hint(path)) is not None:
+        raise BadInput(hint)
     return path
 
 
@@ -255,6 +259,8 @@ def _show(
         f"{first['source']} ops from the {first['tool']}; {steps or '?'} traced steps{per_step}"
         + (f"; also {', '.join(others)} ops (--source)" if others else "")
     )
+    for note in _notes(rows, run, source):
+        console.print(note, markup=False, highlight=False)
     table = Table()
     flops = ranked["achieved_flops_per_s"].notna().any()  # only xprof's device tables count FLOPs
     headers = ["#", "op", "category", "calls/step", "self µs/step", "% of step", "total µs/step"]
@@ -286,6 +292,12 @@ def _show(
     )
 
 
+def _notes(rows: pd.DataFrame, run: dict[str, Any], source: str | None) -> list[str]:
+    """What to know before reading a run's ops: the profiler's overhead, and unsplit Inductor graphs."""
+    overhead = analysis.profiler_overhead(analysis.traced_step_ms(rows, source), _value(run, "median_step_ms"))
+    return [f"note: {note}" for note in (overhead, analysis.unsplit_graphs(rows, source)) if note]
+
+
 def _diff(
     results_dir: Path | str,
     pair: tuple[str, str],
@@ -310,6 +322,9 @@ def _diff(
         return
     console.print(f"base {base_run['run_id']}: {_label(base_run)} ({sources[0]['source'].iloc[0]} ops)")
     console.print(f"test {test_run['run_id']}: {_label(test_run)} ({sources[1]['source'].iloc[0]} ops)")
+    for run, rows in ((base_run, base), (test_run, test)):
+        for note in _notes(rows, run, source):
+            console.print(f"{run['run_id']}: {note}", markup=False, highlight=False)
     console.print(f"by {by}, per traced step, largest change first:")
     table = Table()
     for header in (by, "change", "base µs/step", "test µs/step", "delta µs/step", "ratio", "base %", "test %"):
@@ -381,6 +396,14 @@ def show_trace(
     def ready(url: str) -> None:
         print(f"viewer: {url}   (Ctrl-C stops it)", flush=True)
 
+    if not xplane and port not in (None, viewer.PERFETTO_PORT):
+        print(
+            f"warning: Perfetto's UI fetches traces only from {viewer.LOOPBACK}:{viewer.PERFETTO_PORT} (its content "
+            f"security policy), so the link below will not load with --port {port}: leave --port out, or open "
+            f"{viewer.PERFETTO_UI} and load {files[0]} with 'Open trace file'",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         if xplane:
             viewer.serve_xprof(path, port or viewer.XPROF_PORT, ready)

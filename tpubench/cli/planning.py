@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpubench.backends import BACKENDS
-from tpubench.cli.common import BadInput, choose, key_values
+from tpubench.cli.common import BadInput, choose, int_list, key_values
 from tpubench.runner import plan
 from tpubench.spec import DTYPES, RunSpec
 
@@ -99,3 +99,29 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
         )
     except ValueError as error:
         raise BadInput(str(error)) from error
+
+
+def shape_options(
+    choice: Choice,
+    batch_size: str | None,
+    seq_len: str | None,
+    prompt_len: str | None,
+    gen_len: str | None,
+    image_size: str | None = None,
+    latent_size: str | None = None,
+) -> dict[str, list[int] | None]:
+    """``--batch-size``, ``--seq-len``/``--prompt-len``, ``--image-size``, ``--latent-size`` and
+    ``--gen-len`` (comma lists: sweeps), checked the same way for ``run`` and ``ci``, as
+    :func:`plan_runs` options (None: the workload's default)."""
+    if seq_len is not None and prompt_len is not None:
+        raise BadInput("--seq-len and --prompt-len are the same setting; give one")
+    shape = {
+        "batch_size": int_list("--batch-size", batch_size),
+        "seq_len": int_list("--prompt-len" if prompt_len else "--seq-len", prompt_len or seq_len),
+        "image_size": int_list("--image-size", image_size),
+        "latent_size": int_list("--latent-size", latent_size),
+        "gen_len": int_list("--gen-len", gen_len),
+    }
+    if gen_len is not None and "decode" not in choice.modes:
+        raise BadInput("--gen-len applies to decode runs only; add --mode decode")
+    return shape

@@ -22,12 +22,11 @@ from tpubench.cli.common import (
     app,
     choose,
     console,
-    int_list,
     key_values,
     writable_dir,
     writable_results,
 )
-from tpubench.cli.planning import choose_runs, plan_runs, pythons
+from tpubench.cli.planning import choose_runs, plan_runs, pythons, shape_options
 from tpubench.launchers import ray as ray_launcher
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
@@ -129,21 +128,10 @@ def run(
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
-    if seq_len is not None and prompt_len is not None:
-        raise BadInput("--seq-len and --prompt-len are the same setting; give one")
-    batch_sizes = int_list("--batch-size", batch_size)
-    seq_lens = int_list("--prompt-len" if prompt_len else "--seq-len", prompt_len or seq_len)
-    gen_lens = int_list("--gen-len", gen_len)
-    if gen_len is not None and "decode" not in choice.modes:
-        raise BadInput("--gen-len applies to decode runs only; add --mode decode")
     specs = plan_runs(
         choice,
         dtype=dtype,
-        batch_size=batch_sizes,
-        seq_len=seq_lens,
-        image_size=int_list("--image-size", image_size),
-        latent_size=int_list("--latent-size", latent_size),
-        gen_len=gen_lens,
+        **shape_options(choice, batch_size, seq_len, prompt_len, gen_len, image_size, latent_size),
         warmup=warmup,
         steps=steps,
         timeout_s=timeout,
@@ -175,7 +163,7 @@ def run(
         print_summary(out, rows, wide)
     for line in report.notes(rows):
         out.print(line, markup=False, highlight=False)
-    out.print(f"results: {results_dir}/runs (invocation {runner.invocation_id})")
+    out.print(f"results: {results_dir} (invocation {runner.invocation_id})")
     if runner.interrupted:
         out.print("interrupted: finished runs were saved")
         raise typer.Exit(128 + (received[0] if received else signal.SIGINT))
