@@ -325,7 +325,8 @@ def regressions_command(
             console.print(table)
         console.print(
             f"{len(found)} change point(s) in {series} series "
-            f"(a shift must last {min_points} invocations on each side, p < {settings.alpha}, "
+            f"(a shift must last {min_points} invocations on each side, p < {settings.alpha} in Welch's t-test "
+            "on the log values, "
             f">= {100 * settings.min_change:g}%)"
         )
     if fail_on_regression and (found["direction"] == "regression").any():
