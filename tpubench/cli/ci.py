@@ -197,6 +197,8 @@ def ci_command(
     choice = choose_runs(suite, workload, backend, mode, size, dtype)
     settings = settings_from(threshold, statistic)
     fixed_rounds = parse_rounds(rounds, settings.min_runs)
+    if fixed_rounds is None and max_rounds < settings.min_runs:
+        raise BadInput(f"--max-rounds {max_rounds}: a verdict needs {settings.min_runs} runs per side; give more")
     price_table = prices_from(prices)
     out_dir = writable_dir("--out", out)
     results_dir = out_dir / "results"

@@ -243,6 +243,7 @@ def compare_command(
                     "baseline": baseline,
                     "candidate": candidate,
                     "paired_on": keys,
+                    "verdict": compare.overall_verdict(frame),
                     "counts": counts,
                     "comparison": _records(frame),
                     "cross_backend": _records(cross),
@@ -257,8 +258,9 @@ def compare_command(
             console.print(f"({hidden} unchanged row(s) of other metrics not shown; --all shows them)")
         if not cross.empty:
             console.print(cross_table(cross))
+        why = compare.overall_reason(frame)
         console.print(
-            f"paired on {', '.join(keys)}; "
+            f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(keys)}; "
             + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
             + (f"; markdown: {markdown}" if markdown else "")
         )
