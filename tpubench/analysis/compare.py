@@ -583,7 +583,8 @@ def sampled_verdict(
                 f"{runs}: a verdict needs {settings.min_runs} runs per side, since noise between runs is what misleads"
             )
         if p_value >= settings.alpha:
-            why.append(f"p >= {settings.alpha:g}" + (_rank_floor(len(base_runs), len(test_runs), ratio, settings)))
+            floor = _rank_floor(len(base_runs), len(test_runs), ratio, settings) if enough_runs else ""
+            why.append(f"p >= {settings.alpha:g}{floor}")
         if not ci_excludes_one:
             why.append("the CI includes no change")
         worse = _worse(metric, ratio)
