@@ -12,6 +12,8 @@ Then, for every pair and for each r in ``--at`` (the first r rounds of each side
 - A/A: ``compare_runs(A, A2)``; a ``regressed`` step-time verdict is a false alarm
   (requirement: at most 1 in 20 pairs at the default settings);
 - A/B: ``compare_runs(A, +x%)``; ``regressed`` is a detection (requirement at +10%: 95%);
+- both: how many ``inconclusive`` verdicts the reason calls "likely a regression" (the whole
+  CI beyond the threshold, the rank test short of p < 0.01), to weigh making that a verdict;
 - the same with the naive rule (Mann-Whitney p < 0.01 on the raw samples of one run per
   side and a ratio beyond 5%), to show what the between-run noise does to it.
 
@@ -141,16 +143,21 @@ def analyse(out: Path, settings: Settings, at: list[int]) -> dict:
         "by_rounds": {},
     }
     for r in sorted({r for r in at if r <= rounds} | {rounds}):
-        counts = {variant: {"regressed": 0, "improved": 0, "inconclusive": 0, "naive": 0} for variant in candidates}
+        counts = {
+            variant: {"regressed": 0, "improved": 0, "inconclusive": 0, "likely": 0, "naive": 0}
+            for variant in candidates
+        }
         for pair in range(pairs):
             chosen = runs[(runs["pair"] == pair) & (runs["round"] < r)]
             base = chosen[chosen["variant"] == "A"]
             for variant in candidates:
                 test = chosen[chosen["variant"] == variant]
                 frame = compare_runs(base, test, steps_of(base), steps_of(test), settings, keys=KEYS)
-                verdict = frame.loc[frame["metric"] == "step", "verdict"].iloc[0]
-                if verdict in counts[variant]:
-                    counts[variant][verdict] += 1
+                step = frame[frame["metric"] == "step"].iloc[0]
+                if step["verdict"] in counts[variant]:
+                    counts[variant][step["verdict"]] += 1
+                # inconclusive, but its whole CI beyond the threshold: the reason's "likely a regression"
+                counts[variant]["likely"] += "likely a regression" in step["reason"]
                 first_base = base.loc[base["round"] == 0, "run_id"].iloc[0]
                 first_test = test.loc[test["round"] == 0, "run_id"].iloc[0]
                 counts[variant]["naive"] += naive_regressed(by_run[first_base], by_run[first_test])
@@ -177,8 +184,8 @@ def report(figures: dict, settings: Settings) -> None:
         f"at least {settings.min_runs} runs per side"
     )
     print(
-        "runs/side  A/A false regressions  A/A false improvements  "
-        + "  ".join(f"detected {v}" for v in next(iter(figures["by_rounds"].values())) if v != "A2")
+        "runs/side  A/A false regressions  A/A false improvements  A/A 'likely a regression'  "
+        + "  ".join(f"detected {v} (+likely)" for v in next(iter(figures["by_rounds"].values())) if v != "A2")
         + f"  replayed power of +{100 * DETECT:g}%"
     )
     smallest = {}
@@ -186,9 +193,12 @@ def report(figures: dict, settings: Settings) -> None:
         aa = counts["A2"]
         cells = [f"{r:>9}", f"{aa['regressed']:>3}/{pairs} (naive {aa['naive']}/{pairs})"]
         cells.append(f"{aa['improved']:>3}/{pairs}")
+        cells.append(f"{aa.get('likely', 0):>3}/{pairs}")
         for variant, found in counts.items():
             if variant != "A2":
-                cells.append(f"{found['regressed']:>3}/{pairs} (naive {found['naive']}/{pairs})")
+                cells.append(
+                    f"{found['regressed']:>3}/{pairs} (+{found.get('likely', 0)}; naive {found['naive']}/{pairs})"
+                )
                 if found["regressed"] >= REQUIRED_DETECTION * pairs and variant not in smallest:
                     smallest[variant] = r
         cells.append(f"{figures['replayed'][r]:.2f}")

@@ -33,6 +33,8 @@ _SPARE = px.colors.qualitative.Safe
 VERDICT_COLOURS = {
     "regressed": "#c62828",
     "improved": "#2e7d32",
+    "worse": "#ef9a9a",  # across backends: a difference, not a regression
+    "better": "#a5d6a7",
     "unchanged": "#9e9e9e",
     "inconclusive": "#f9a825",
     "unpaired": "#cfcfcf",

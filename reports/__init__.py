@@ -110,6 +110,16 @@ class Report:
     def regressed(self) -> bool:
         return self.comparison is not None and bool((self.comparison["verdict"] == "regressed").any())
 
+    @property
+    def headline(self) -> str:
+        """The comparison in a few words, as both renderers open it: "Regressed", "Inconclusive
+        (why)", "No regression" or "Nothing compared" (:func:`compare.overall_verdict`)."""
+        if self.comparison is None:
+            return ""
+        verdict = compare.overall_verdict(self.comparison).capitalize()
+        why = compare.overall_reason(self.comparison)
+        return f"{verdict} ({why})" if why else verdict
+
 
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: repeats pooled (median of run medians, the CI's outer bounds),

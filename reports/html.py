@@ -126,10 +126,11 @@ def render(report: Report) -> str:
     ]
     if report.comparison is not None:
         counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(report.comparison).items() if n)
-        headline = "Regressed" if report.regressed else "No regression"
+        word, _, why = report.headline.partition(" (")
+        headline = f"<b>{html.escape(word)}</b>" + html.escape(f" ({why}" if why else "")
         against = html.escape(report.baseline or "the baseline")
         parts.append(
-            f"<h2>Against the baseline</h2><p><b>{headline}</b> against {against}: "
+            f"<h2>Against the baseline</h2><p>{headline} against {against}: "
             f"{html.escape(counts or 'nothing compared')}.</p>"
         )
         parts.append(comparison_chart(report.comparison))

@@ -13,7 +13,15 @@ import pandas as pd
 from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, config_label, results_table
 from tpubench.analysis.compare import verdict_counts
 
-VERDICT_MARK = {"regressed": "🔴", "improved": "🟢", "inconclusive": "⚪", "unpaired": "·", "unchanged": ""}
+VERDICT_MARK = {
+    "regressed": "🔴",
+    "improved": "🟢",
+    "worse": "▽",
+    "better": "△",
+    "inconclusive": "⚪",
+    "unpaired": "·",
+    "unchanged": "",
+}
 
 
 def _cell(value: Any, digits: int = 2) -> str:
@@ -76,7 +84,8 @@ def render(report: Report) -> str:
     ]
     parts.append("; ".join(facts) + ".")
     if report.comparison is not None:
-        verdict = "**Regressed**" if report.regressed else "**No regression**"
+        word, _, why = report.headline.partition(" (")
+        verdict = f"**{word}**" + (f" ({why}" if why else "")
         parts.append(f"## Against the baseline\n\n{verdict} against {report.baseline or 'the baseline'}: ")
         parts[-1] += comparison_markdown(report.comparison)
     if not report.summary.empty:

@@ -154,6 +154,8 @@ def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) ->
     assert "step (ms)" in set(verdicts["metric"])
     # one run a side cannot show its own noise: never a regression on timing alone
     assert not (verdicts["metric"].eq("step (ms)") & verdicts["verdict"].eq("regressed")).any()
+    # and so the page's headline says nothing was decided, never "no regression" (issue 23, item 1)
+    assert "**Inconclusive** (no regression shown" in texts(app) and "No regression" not in texts(app)
     assert charts(app) == 2  # each side's step time, and the change with its CI
     app.toggle(key="all").set_value(True).run()
     assert "peak_mem (MiB)" in set(frames(app)[-1]["metric"])

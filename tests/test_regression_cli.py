@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from helpers import ROOT, tpubench
@@ -49,6 +50,8 @@ def test_compare_gives_a_verdict_per_metric_with_json_and_markdown(two_sides, tm
     table = tpubench("compare --baseline tag.side=a --candidate tag.side=b --results", str(two_sides))
     assert table.returncode == 0, table.stderr
     assert "gpt2/tiny infer float32 2x128" in table.stdout and "paired on workload" in table.stdout
+    # 2 runs per side can decide nothing: the line says so, never "no regression" (issue 23, item 1)
+    assert found["verdict"] == "inconclusive" and "inconclusive (no regression shown" in table.stdout
 
 
 def test_compare_fail_on_regression_exits_1_only_on_a_regression(two_sides):
@@ -207,6 +210,27 @@ def test_gpu_against_tpu_through_the_same_command(two_sides, tmp_path):
     )
 
 
+def test_across_backends_compare_reports_differences_not_regressions(two_sides, tmp_path):
+    """Issue 23, item 8: eager against compiled (side b relabelled cpu-compile, with a compiled
+    first step of 38 s) is a difference, not a regression: no `regressed` row, and
+    --fail-on-regression exits 0."""
+    relabelled = tmp_path / "results"
+    shutil.copytree(two_sides, relabelled)
+    for path in (relabelled / "runs").glob("date=*/*.parquet"):
+        frame = pq.read_table(path).to_pandas()
+        if frame["tags"].str.contains('"b"').all():
+            frame["backend"], frame["first_step_s"] = "cpu-compile", 37.98
+            pq.write_table(pa.Table.from_pandas(frame, schema=pq.read_schema(path), preserve_index=False), path)
+    line = "compare --baseline backend=cpu --candidate backend=cpu-compile --fail-on-regression"
+    done = tpubench(line, "--json", "--results", str(relabelled))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["metric"]: row for row in json.loads(done.stdout)["comparison"]}
+    assert rows["first_step"]["verdict"] == "worse" and "a difference, not a regression" in rows["first_step"]["reason"]
+    assert "regressed" not in {row["verdict"] for row in rows.values()}
+    table = tpubench(line, "--results", str(relabelled))
+    assert table.returncode == 0 and "regressed" not in table.stdout and "worse" in table.stdout
+
+
 def test_report_writes_offline_html_and_markdown(two_sides, tmp_path):
     out, md = tmp_path / "report.html", tmp_path / "report.md"
     done = tpubench(
@@ -291,34 +315,78 @@ def test_regressions_on_a_short_history_finds_nothing_and_says_so(two_sides):
 
 # --- tpubench ci ----------------------------------------------------------------------------
 
-CI = "ci --workload gpt2 --size tiny --backend cpu --mode infer --steps 5 --warmup 1 --rounds 2"
+CI = "ci --workload gpt2 --size tiny --backend cpu --mode infer --steps 5 --warmup 1 --rounds 5"
+
+
+def _speed_up(store_dir: Path, invocation: str) -> None:
+    """Make one invocation of a real store look a thousand times faster (its steps scaled), so
+    that a later night is a sure regression against it: on this shared host one night's runs
+    were 10x slower than the next's (two threads against one, under load)."""
+    for path in (store_dir / "steps").glob(f"date=*/{invocation}.parquet"):
+        table = pq.read_table(path)
+        index = table.column_names.index("step_ms")
+        faster = pc.multiply(table.column("step_ms"), 0.001)
+        pq.write_table(table.set_column(index, table.field("step_ms"), faster), path)
 
 
 @pytest.mark.slow
-def test_ci_bootstraps_then_compares_with_the_last_results(tmp_path):
-    first = tpubench(CI, "--out", str(tmp_path / "night1"))
+def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
+    """Issue 23, items 4 and 7, on two real nights: each night is appended to --history, which
+    the next night reads; tonight is also compared with a night back there (slow creep, here
+    made a sure regression by scaling that night's steps in the history); the second night runs
+    with --threads 1 and its verdicts say that OMP_NUM_THREADS differs from the baseline's."""
+    history = tmp_path / "history"
+    first = tpubench(CI, "--out", str(tmp_path / "night1"), "--history", str(history))
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "no baseline: nothing compared" in first.stdout
-    assert len(store.load_runs(tmp_path / "night1" / "results")) == 2
-    second = tpubench(CI, "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"))
-    # the verdict is the host's to decide; what matters is that it is one and that it is written
-    assert second.returncode in (0, 1), second.stdout + second.stderr
+    assert "no baseline: nothing compared" in first.stdout and "now holds 1 night(s)" in first.stdout
+    night1 = store.load_runs(tmp_path / "night1" / "results")
+    assert len(night1) == 5 and len(store.load_runs(history)) == 5
+    _speed_up(history, night1["invocation_id"].iloc[0])  # the history's copy only
+
+    second = tpubench(
+        CI, "--threads", "1", "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"),
+        "--history", str(history),
+    )  # fmt: skip
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "now holds 2 night(s)" in second.stdout and "creep: REGRESSED against invocation" in second.stdout
+    assert len(store.load_runs(history)["invocation_id"].unique()) == 2
+    summary = (tmp_path / "night2" / "summary.md").read_text()
+    assert "## Slow creep: against 1 night(s) back\n\n**Regressed**" in summary
+    # --threads 1 pins every worker, each row says so, and the verdict names the difference
+    rows = store.load_runs(tmp_path / "night2" / "results").to_dict("records")
+    assert {json.loads(row["env"])["OMP_NUM_THREADS"] for row in rows} == {"1"}
+    assert {json.loads(row["backend_metrics"])["num_threads"] for row in rows} == {1}
     comparison = pd.read_json(tmp_path / "night2" / "comparison.json")
     step = comparison[comparison["metric"] == "step"].iloc[0]
-    assert (step["base_runs"], step["test_runs"]) == (2, 2)
-    summary = (tmp_path / "night2" / "summary.md").read_text()
-    assert ("**Regressed**" in summary) == (second.returncode == 1)
+    assert (step["base_runs"], step["test_runs"]) == (5, 5)
+    before = os.environ.get("OMP_NUM_THREADS", "unset")
+    assert f"environment differs: OMP_NUM_THREADS {before} → 1" in step["reason"]
+    assert ("**Regressed**" in summary.split("## Slow creep")[0]) == (step["verdict"] == "regressed")
     assert (tmp_path / "night2" / "report.html").stat().st_size > 1_000_000  # plotly.js inlined
 
 
-def test_ci_threads_pins_every_workers_intra_op_threads(tmp_path):
-    """--threads 1, as the CPU nightly runs: the workers use one thread, and each row says so
-    (its env, which the fingerprint hashes, and the backend's own num_threads)."""
-    done = tpubench(CI.replace("--rounds 2", "--rounds 1"), "--threads", "1", "--out", str(tmp_path / "night"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    (row,) = store.load_runs(tmp_path / "night" / "results").to_dict("records")
-    assert json.loads(row["env"])["OMP_NUM_THREADS"] == "1"
-    assert json.loads(row["backend_metrics"])["num_threads"] == 1
+@pytest.mark.slow
+def test_a_night_against_too_few_baseline_runs_says_inconclusive(tmp_path):
+    """Issue 23, item 1: a night that could decide nothing (one baseline run: a verdict needs five
+    per side) says so in its headline, summary and last words, never "no regression", and
+    --fail-on-inconclusive turns it into exit 3."""
+    base = tmp_path / "base"
+    one_run = "run --workload gpt2 --size tiny --backend cpu --mode infer --steps 5 --warmup 1 --results"
+    done = tpubench(one_run, str(base))
+    assert done.returncode == 0, done.stderr
+    night = tpubench(CI, "--out", str(tmp_path / "night"), "--baseline", str(base), "--fail-on-inconclusive")
+    assert night.returncode == 3, night.stdout + night.stderr
+    assert "INCONCLUSIVE: no regression shown" in night.stdout and "no regression (" not in night.stdout
+    summary = (tmp_path / "night" / "summary.md").read_text()
+    assert "**Inconclusive** (no regression shown" in summary and "1 run(s) on a side" in summary
+    assert "No regression" not in summary
+
+
+def test_ci_refuses_rounds_below_a_verdicts_minimum(tmp_path):
+    """Issue 23, item 1: --rounds 2 could never show a regression; refused before anything runs."""
+    done = tpubench(CI.replace("--rounds 5", "--rounds 2"), "--out", str(tmp_path / "night"))
+    assert done.returncode == 2 and done.stderr.startswith("error: --rounds 2: a verdict needs 5 runs per side")
+    assert "Traceback" not in done.stderr and not list(tmp_path.glob("night/results/runs/*/*.parquet"))
 
 
 def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):

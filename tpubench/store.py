@@ -299,6 +299,28 @@ def load_steps(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.Da
     return load_table(results_dir, "steps", **filters)
 
 
+def append_store(source: str | Path, target: str | Path) -> int:
+    """Copy every table file of the store ``source`` into the store ``target`` (a local
+    directory or a bucket), at the same path; returns how many were copied.
+
+    Each file is one invocation's, named by its id, so stores merge without collisions
+    (``cp -rn``'s rule: a file ``target`` already has is kept). What ``tpubench ci --history``
+    does each night, so that one store holds every night for ``regressions``, the
+    dashboard's Trends and the next night's creep check.
+    """
+    origin, destination = Location(source), Location(target)
+    copied = 0
+    for table in TABLES:
+        for path in origin.glob(table, "date=*", "*.parquet"):
+            relative = path[len(origin.root) + 1 :]
+            goal = destination.join(*relative.split("/"))
+            if destination.fs.exists(goal):
+                continue
+            destination.write_table(origin.read_table(path), goal)
+            copied += 1
+    return copied
+
+
 def recorded_path(results_dir: str | Path, path: str) -> str:
     """How a local store records a file of its own (``runs.trace_path``): relative to the
     results directory, so a store that is moved or copied (from a TPU VM to a laptop, into

@@ -21,7 +21,7 @@ SELECTOR_HELP = (
     "They pick among the runs the sidebar's filters keep."
 )
 #: the verdict table's order: what needs attention first
-VERDICT_ORDER = ("regressed", "improved", "inconclusive", "unchanged", "unpaired")
+VERDICT_ORDER = ("regressed", "improved", "inconclusive", "worse", "better", "unchanged", "unpaired")
 #: backends a cross-backend comparison starts from, in order of preference: a GPU against a TPU
 BASE_PREFERENCE = ("cuda", "cuda-compile", "cpu", "cpu-compile")
 TEST_PREFERENCE = ("tpu", "tpu-compile", "xla", "xla-compile")
@@ -182,6 +182,8 @@ def main() -> None:
     pairs = lambda runs: tuple(zip(runs["invocation_id"], runs["run_id"], strict=True))  # noqa: E731
     result = data.comparison(view.results, pairs(base), pairs(test), statistic)
     ui.warn_skipped(result.skipped)
+    why = compare.overall_reason(result.frame)
+    st.markdown(f"**{compare.overall_verdict(result.frame).capitalize()}**" + (f" ({why})" if why else ""))
     counts = compare.verdict_counts(result.frame)
     for column, (verdict, n) in zip(st.columns(len(counts)), counts.items(), strict=True):
         column.metric(verdict, n)

@@ -71,7 +71,7 @@ def main() -> None:
     st.caption(
         f"{len(changes)} change point(s), {regressions} of them regressions, in {len(all_series)} series over "
         f"{len(invocations)} invocations. A change point must last 3 invocations on each side and pass a "
-        "Mann-Whitney test (p < 0.01, ≥ 5%): a single slow night is not one."
+        "Welch's t-test on the log values (p < 0.01, ≥ 5%): a single slow night is not one."
     )
     if shown:
         figure = charts.trend_chart(points, shown, changes, metric, data.TREND_METRICS[metric])

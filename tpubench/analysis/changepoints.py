@@ -3,10 +3,20 @@
 A series is one configuration, (workload, size, mode, dtype, backend, device, shape), over
 time; each invocation contributes one point, the median of its runs' medians. Detection is
 ruptures' PELT on the log values (a multiplicative shift is a step there), and every
-change it proposes must then pass a Mann-Whitney test between the points of the segments
+change it proposes must then pass Welch's t-test between the log values of the segments
 either side, a minimum relative shift, and a minimum segment length on both sides, with
 that many invocations after it measured nearer the new level than the old, so a single
 slow night is never reported and a shift is reported only once it has persisted.
+
+Why Welch's t on the logs and not a rank test: a rank test over 3 points against 3 can never
+reach p < 0.01 (its best two-sided p is 0.1; 5 against 5 is the fewest that can), so with
+Mann-Whitney a clean step (10 -> 20 ms, 1% noise) was first found after 5 + 5 invocations
+while the command promised 3. The t-test on the logs finds it at 3 + 3, and an outlier
+inside a segment widens that segment's variance, which makes the test more cautious, never
+less. On 400 synthetic 30-night series without a shift per noise model (2026-12-02), false
+alarms were, t-test against rank test: 0 vs 0 at 2% log-normal noise, 42 vs 40 at 5% (the
+5% minimum shift is then inside the noise), 19 vs 51 and 28 vs 56 with heavy-tailed (t3)
+noise of 5% and 12%.
 
 Why ruptures: it is small (numpy and scipy), maintained, and exact (PELT); it has no
 significance test of its own, hence the test afterwards. Apache Otava (the Hunter/
@@ -50,7 +60,7 @@ COLUMNS = [
 @dataclass(frozen=True)
 class ChangePointSettings:
     min_points: int = 3  # a segment must last this many invocations (a shift must persist)
-    alpha: float = 0.01  # Mann-Whitney p between the two segments
+    alpha: float = 0.01  # Welch's t-test p between the two segments' log values
     min_change: float = 0.05  # relative shift of the segment medians
     penalty: float | None = None  # PELT's penalty on log values; None: 2 x noise variance x log(n) (BIC-like)
 
@@ -75,6 +85,15 @@ def _noise_variance(values: np.ndarray) -> float:
     return max(sigma**2, 1e-8)
 
 
+def segment_p(before: np.ndarray, after: np.ndarray) -> float:
+    """Two-sided p of Welch's t-test between two segments' log values (see the module doc);
+    1.0 where neither segment varies and their levels are equal."""
+    p_value = stats.ttest_ind(np.log(before), np.log(after), equal_var=False).pvalue
+    if math.isnan(p_value):  # both segments constant: a shift is certain, no shift is none
+        return 0.0 if np.median(before) != np.median(after) else 1.0
+    return float(p_value)
+
+
 def detect(values: np.ndarray, settings: ChangePointSettings) -> list[int]:
     """Indices where a new segment starts in ``values`` (a positive series), tested as described above."""
     if values.size < 2 * settings.min_points:
@@ -89,7 +108,7 @@ def detect(values: np.ndarray, settings: ChangePointSettings) -> list[int]:
         if min(before.size, after.size) < settings.min_points:
             continue
         change = np.median(after) / np.median(before) - 1
-        p_value = stats.mannwhitneyu(before, after).pvalue
+        p_value = segment_p(before, after)
         # persisted: min_points invocations measured nearer the new level than the old (PELT may
         # start a fresh two-night shift at a high-noise point just before it)
         midpoint = math.sqrt(np.median(before) * np.median(after))
@@ -106,7 +125,7 @@ def change_points(
 
     One row per change: the series, the first invocation after the shift (``started_at``,
     ``invocation_id``, ``git_sha``: where to look), the medians of the points before and after
-    (in the segments either side), the change in percent, the Mann-Whitney p-value, the
+    (in the segments either side), the change in percent, the p-value (:func:`segment_p`), the
     points on each side and ``direction`` ("regression" or "improvement", by the metric's
     better direction). Columns: :data:`COLUMNS`.
     """
@@ -132,7 +151,7 @@ def change_points(
                     "before": float(np.median(before)),
                     "after": float(np.median(after)),
                     "change_pct": 100 * change,
-                    "p_value": float(stats.mannwhitneyu(before, after).pvalue),
+                    "p_value": segment_p(before, after),
                     "points_before": before.size,
                     "points_after": after.size,
                     "direction": "regression" if (change > 0) == worse_up else "improvement",

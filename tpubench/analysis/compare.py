@@ -34,6 +34,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,14 @@ SIDE_KEYS = ("backend", "device")
 UNTIMED = frozenset({"unavailable", "skipped"})
 #: a candidate in one of these, where the baseline was ok, has regressed
 BAD_STATUSES = frozenset({"failed", "crashed", "mismatch", "oom", "timeout"})
-VERDICTS = ("regressed", "improved", "unchanged", "inconclusive", "unpaired")
+VERDICTS = ("regressed", "improved", "worse", "better", "unchanged", "inconclusive", "unpaired")
+#: what a regressed or improved verdict becomes across backends or devices: an expected
+#: difference (a compiled backend's first step, another chip's speed), not a regression
+ACROSS = {"regressed": "worse", "improved": "better"}
+#: each side's verdict of a whole comparison (:func:`overall_verdict`)
+OVERALL = ("regressed", "inconclusive", "no regression", "nothing compared")
+#: runs columns naming the stack a run ran on; a difference is named in the reason
+VERSION_COLUMNS = ("python_version", "torch_version", "tpubench_version", "host", "cpu_model")
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,7 @@ COLUMNS = [
     "base_samples",
     "test_samples",
     "host_busy_runs",
+    "env_diff",
     "verdict",
     "reason",
 ]
@@ -240,8 +249,78 @@ def _compare_pair(
     head = _identity(identity, base, test)
     rows = [{**head, **event} for event in _events(base, test)]
     base_ok, test_ok = base[base["median_step_ms"].notna()], test[test["median_step_ms"].notna()]
-    if base_ok.empty or test_ok.empty:
-        return rows
+    if not (base_ok.empty or test_ok.empty):
+        rows.extend(_metric_rows(head, base_ok, test_ok, samples, settings))
+    return _annotated(rows, base, test, head)
+
+
+def _annotated(rows: list[dict[str, Any]], base: pd.DataFrame, test: pd.DataFrame, head: dict) -> list[dict]:
+    """``rows`` with what differs between the two sides' environments named in each reason,
+    and, across backends or devices, regression words swapped for difference words."""
+    differences = environment_differences(base, test)
+    env_text = f"; environment differs: {', '.join(differences)}" if differences else ""
+    across = head["base_backend"] != head["test_backend"] or head["base_device"] != head["test_device"]
+    sides = f"{head['base_backend']} ({head['base_device']}) → {head['test_backend']} ({head['test_device']})"
+    for row in rows:
+        row["env_diff"] = "; ".join(differences) or None
+        row["reason"] = f"{row.get('reason', '')}{env_text}"
+        if across:
+            row["verdict"] = ACROSS.get(row["verdict"], row["verdict"])
+            row["reason"] = f"across backends, {sides}: a difference, not a regression; {row['reason']}"
+    return rows
+
+
+def _json_column(runs: pd.DataFrame, column: str) -> list[dict[str, Any]]:
+    """Each run's JSON object in ``column`` (an empty one where it is null or unreadable)."""
+    found = []
+    for text in runs.get(column, []):
+        try:
+            value = json.loads(text) if isinstance(text, str) and text else {}
+        except ValueError:
+            value = {}
+        found.append(value if isinstance(value, dict) else {})
+    return found
+
+
+def _side_value(values: list[Any]) -> str:
+    """One side's values of a setting as a reason shows them: ``unset``, the value, or ``a|b``
+    when its runs differ among themselves."""
+    shown = sorted({"unset" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in values})
+    return "|".join(shown) if shown else "unset"
+
+
+def environment_differences(base: pd.DataFrame, test: pd.DataFrame) -> list[str]:
+    """What differs between the environments two sides' runs recorded, as ``NAME before → after``:
+    the performance-relevant variables (the ``env`` column: threads, XLA and allocator flags,
+    see :mod:`tpubench.fingerprint`; ``unset`` where a side lacks one), the backend's versions,
+    python, torch, tpubench, the host and its CPU. The git sha is left out (a different build
+    is what a comparison is for). Why: a night that ran with ``OMP_NUM_THREADS=1`` was 37%
+    slower, and its verdict said nothing of why."""
+    differences = []
+    for column in ("env", "backend_versions"):
+        base_maps, test_maps = _json_column(base, column), _json_column(test, column)
+        for key in sorted({k for m in base_maps + test_maps for k in m}):
+            before = _side_value([m.get(key) for m in base_maps])
+            after = _side_value([m.get(key) for m in test_maps])
+            if before != after:
+                differences.append(f"{key} {before} → {after}")
+    for column in VERSION_COLUMNS:
+        if column in base and column in test:
+            before, after = _side_value(list(base[column])), _side_value(list(test[column]))
+            if before != after:
+                differences.append(f"{column} {before} → {after}")
+    return differences
+
+
+def _metric_rows(
+    head: dict[str, Any],
+    base_ok: pd.DataFrame,
+    test_ok: pd.DataFrame,
+    samples: Mapping[str, pd.DataFrame],
+    settings: Settings,
+) -> list[dict[str, Any]]:
+    """One row per measured metric of a pair whose sides both have ok runs."""
+    rows: list[dict[str, Any]] = []
     busy = int((pd.concat([base_ok, test_ok])["host_other_cpu_share"] > BUSY_SHARE).sum())
     step_row: dict[str, Any] | None = None
     for metric in (settings.metric(m) for m in METRICS):
@@ -510,17 +589,63 @@ def sampled_verdict(
                 f"{runs}: a verdict needs {settings.min_runs} runs per side, since noise between runs is what misleads"
             )
         if p_value >= settings.alpha:
-            why.append(f"p >= {settings.alpha:g}")
+            floor = _rank_floor(len(base_runs), len(test_runs), ratio, settings) if enough_runs else ""
+            why.append(f"p >= {settings.alpha:g}{floor}")
         if not ci_excludes_one:
             why.append("the CI includes no change")
-        found.update(
-            verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}); more runs would tell{power}{busy}"
+        worse = _worse(metric, ratio)
+        clears = ci_low >= 1 + metric.threshold if ratio > 1 else ci_high <= 1 / (1 + metric.threshold)
+        likely = (
+            f"; likely {'a regression' if worse else 'an improvement'}: the whole CI lies beyond the "
+            f"{100 * metric.threshold:g}% threshold, and more runs would confirm it"
+            if clears and enough_runs
+            else "; more runs would tell"
         )
+        found.update(verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}){likely}{power}{busy}")
     else:
         found.update(
             verdict="unchanged", reason=f"{change}, within the {100 * metric.threshold:g}% threshold{power}{busy}"
         )
     return found
+
+
+@cache
+def rank_test_floor(n_base: int, n_test: int, alpha: float) -> tuple[int, float]:
+    """What a two-sided Mann-Whitney test over ``n_base`` vs ``n_test`` runs can show: the most
+    of the ``n_base x n_test`` pairs of runs that may be out of order (a candidate run on the
+    wrong side of a baseline run) with p still below ``alpha`` (-1: none can), and the best p
+    there is (every pair in order), from the exact distribution of U without ties.
+
+    Why: at the minimum of 5 runs per side p < 0.01 is met only by perfect separation (best
+    p = 2/252 = 0.0079), so one noisy run turns any change, however large, inconclusive; a
+    reason that says so tells the reader what more runs would buy.
+    """
+    size = n_base * n_test + 1
+    counts = np.zeros(size)  # the lower coefficients of the Gaussian binomial [n+m choose n]_q
+    counts[0] = 1.0
+    for i in range(1, n_base + 1):
+        shift = n_test + i
+        if shift < size:
+            counts[shift:] -= counts[:-shift].copy()  # x (1 - q^(m+i))
+        for k in range(i, size):  # ÷ (1 - q^i), as a power series
+            counts[k] += counts[k - i]
+    p_values = 2 * np.cumsum(counts) / math.comb(n_base + n_test, n_base)
+    return int(np.sum(p_values < alpha)) - 1, float(min(1.0, p_values[0]))
+
+
+def _rank_floor(n_base: int, n_test: int, ratio: float, settings: Settings) -> str:
+    """The part of an inconclusive reason that says what the rank test over these runs needs."""
+    allowed, best = rank_test_floor(n_base, n_test, settings.alpha)
+    order = "slower" if ratio > 1 else "faster"
+    runs = f"{n_base} vs {n_test} runs"
+    if allowed < 0:
+        return f": {runs} cannot reach it (best p = {best:.2g})"
+    if allowed == 0:
+        return (
+            f": at {runs} it needs every candidate run {order} than every baseline run "
+            f"(perfect separation: best p = {best:.2g}), so one noisy run hides any change"
+        )
+    return f": at {runs} it allows at most {allowed} of the {n_base * n_test} pairs of runs out of order"
 
 
 def _over_runs(runs: list[np.ndarray], quantile: float) -> float:
@@ -643,6 +768,43 @@ def verdict_counts(comparison: pd.DataFrame) -> dict[str, int]:
     """How many rows of a :func:`compare_runs` frame got each verdict (every verdict named)."""
     counts = comparison["verdict"].value_counts()
     return {verdict: int(counts.get(verdict, 0)) for verdict in VERDICTS}
+
+
+def undecided(comparison: pd.DataFrame, min_runs: int | None = None) -> pd.DataFrame:
+    """The rows of a :func:`compare_runs` frame that decided nothing: ``inconclusive`` ones, and
+    per-step rows (step time, TTFT, TPOT) with fewer than ``min_runs`` runs on a side (default
+    :attr:`Settings.min_runs`), which could not have shown a regression whatever they measured."""
+    min_runs = Settings().min_runs if min_runs is None else min_runs
+    sampled = comparison["metric"].isin([m.name for m in METRICS if m.kind == "sampled"])
+    few = sampled & (comparison[["base_runs", "test_runs"]].min(axis=1) < min_runs)
+    return comparison[(comparison["verdict"] == "inconclusive") | few].reset_index(drop=True)
+
+
+def overall_verdict(comparison: pd.DataFrame, min_runs: int | None = None) -> str:
+    """A whole comparison in one of :data:`OVERALL`: ``regressed`` when any row regressed;
+    ``inconclusive`` when none did but some row decided nothing (:func:`undecided`), so a night
+    of too few runs never reads "no regression"; ``nothing compared`` when no configuration
+    paired; else ``no regression``. The headline of ``tpubench ci``, the reports and the dashboard."""
+    if (comparison["verdict"] == "regressed").any():
+        return "regressed"
+    if comparison.empty or (comparison["verdict"] == "unpaired").all():
+        return "nothing compared"
+    if not undecided(comparison, min_runs).empty:
+        return "inconclusive"
+    return "no regression"
+
+
+def overall_reason(comparison: pd.DataFrame, min_runs: int | None = None) -> str:
+    """Why :func:`overall_verdict` is ``inconclusive``, in words ("" otherwise)."""
+    if overall_verdict(comparison, min_runs) != "inconclusive":
+        return ""
+    min_runs = Settings().min_runs if min_runs is None else min_runs
+    rows = undecided(comparison, min_runs)
+    fewest = int(rows[["base_runs", "test_runs"]].min(axis=1).min())
+    text = f"no regression shown, and {len(rows)} row(s) decided nothing"
+    if fewest < min_runs:
+        text += f": {fewest} run(s) on a side, and a verdict needs {min_runs} per side"
+    return text + "; more runs would tell"
 
 
 def regressions(comparison: pd.DataFrame) -> pd.DataFrame:

@@ -34,7 +34,7 @@ import typer
 
 from tpubench import store
 from tpubench.analysis import compare
-from tpubench.cli.common import BadInput, app, console, key_values, writable_dir
+from tpubench.cli.common import BadInput, app, console, key_values, writable_dir, writable_results
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
 from tpubench.cli.planning import choose_runs, plan_runs, pythons, shape_options
 from tpubench.cli.run import local_backends, suite_progress
@@ -50,6 +50,10 @@ MAX_ROUNDS = 60
 DEFAULT_STEPS = 40
 #: statuses that turn a job red even without a baseline to compare with
 FAILED = compare.BAD_STATUSES
+#: ``--fail-on-inconclusive``'s exit code: apart from 1 (regressed) and 2 (bad input)
+INCONCLUSIVE_EXIT = 3
+#: with ``--history``, tonight is also compared with the night this many nights before
+CREEP_NIGHTS = 7
 
 
 def _looks_like_path(text: str) -> bool:
@@ -109,13 +113,20 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     return most, f"{varies}: {most} rounds cannot catch {detect} reliably against them (the report says what they can)"
 
 
-def parse_rounds(text: str) -> int | None:
-    """``--rounds``: a positive number, or ``auto`` (None)."""
+def parse_rounds(text: str, min_runs: int) -> int | None:
+    """``--rounds``: ``auto`` (None), or a number of at least ``min_runs``: fewer runs per side
+    can never give a verdict, so such a night could never fail (a real +37% slowdown came out
+    "no regression" at 2 rounds)."""
     if text == "auto":
         return None
-    if text.isdigit() and int(text) >= 1:
+    if text.isdigit() and int(text) >= min_runs:
         return int(text)
-    raise BadInput(f"--rounds expects a positive number or auto, got {text!r}")
+    if text.isdigit():
+        raise BadInput(
+            f"--rounds {text}: a verdict needs {min_runs} runs per side, so fewer rounds could never show a "
+            f"regression; give {min_runs} or more, or auto"
+        )
+    raise BadInput(f"--rounds expects a number ({min_runs} or more) or auto, got {text!r}")
 
 
 def rounds_of(specs: list[RunSpec], rounds: int) -> list[RunSpec]:
@@ -173,12 +184,32 @@ def ci_command(
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,
     python: Annotated[list[str] | None, typer.Option(help="BACKEND=INTERPRETER for that backend's workers.")] = None,
     prices: Annotated[Path | None, typer.Option(help="TOML of chip -> USD per hour.")] = None,
+    history: Annotated[
+        str | None,
+        typer.Option(
+            help="Store that keeps every night (a folder or s3://...): tonight's runs are appended to it, and "
+            "tonight is also compared with the night --creep-nights before, to catch slow creep."
+        ),
+    ] = None,
+    creep_nights: Annotated[
+        int, typer.Option(min=1, help="With --history: how many nights back the creep check compares with.")
+    ] = CREEP_NIGHTS,
+    fail_on_inconclusive: Annotated[
+        bool,
+        typer.Option(help=f"Exit {INCONCLUSIVE_EXIT} when nothing regressed but something could not be decided."),
+    ] = False,
 ) -> None:
-    """The nightly job: run the suite, compare with the baseline, write the summary and report; exit 1 on regression."""
+    """The nightly job: run the suite, compare with the baseline, write the summary and report; exit 1 on regression.
+
+    Exit codes: 0 no regression (or inconclusive, said loudly), 1 regressed (or slow creep with
+    --history), 2 bad input, 3 inconclusive with --fail-on-inconclusive, 130 interrupted.
+    """
     choice = choose_runs(suite, workload, backend, mode, size, dtype)
     shape = shape_options(choice, batch_size, seq_len, prompt_len, gen_len)
     settings = settings_from(threshold, statistic)
-    fixed_rounds = parse_rounds(rounds)
+    fixed_rounds = parse_rounds(rounds, settings.min_runs)
+    if fixed_rounds is None and max_rounds < settings.min_runs:
+        raise BadInput(f"--max-rounds {max_rounds}: a verdict needs {settings.min_runs} runs per side; give more")
     price_table = prices_from(prices)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
@@ -186,6 +217,8 @@ def ci_command(
     if results_dir.exists() and any(results_dir.glob("runs/date=*/*.parquet")):
         raise BadInput(f"--out {out}: {results_dir} already holds runs; give the job an empty folder")
     base = load_baseline(baseline, results) if baseline else None
+    if history is not None:
+        history = str(writable_results(history, "--history"))
     specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout, **shape)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
@@ -233,14 +266,70 @@ def ci_command(
         prices=price_table,
     )
     failed = candidate_runs[candidate_runs["status"].isin(FAILED)]
-    for line in _closing(report.regressed, comparison, failed, base is not None):
+    for line in _closing(comparison, failed, base is not None):
         console.print(line, markup=False, highlight=False)
+    crept = False
+    if history is not None:
+        crept = _history(history, results_dir, runner.invocation_id, creep_nights, settings, out_dir / "summary.md")
     console.print(f"summary: {out_dir / 'summary.md'}; report: {out_dir / 'report.html'}; results: {results_dir}")
-    if report.regressed or (base is None and not failed.empty):
+    if report.regressed or crept or (base is None and not failed.empty):
         raise typer.Exit(1)
+    if fail_on_inconclusive and comparison is not None and compare.overall_verdict(comparison) == "inconclusive":
+        raise typer.Exit(INCONCLUSIVE_EXIT)
 
 
-def _closing(regressed: bool, comparison: pd.DataFrame | None, failed: pd.DataFrame, compared: bool) -> list[str]:
+def _history(
+    history: str, results_dir: Path, invocation: str, nights: int, settings: compare.Settings, summary: Path
+) -> bool:
+    """Append tonight to the ``history`` store, compare tonight with the night ``nights`` before
+    it there (slow creep: 1% a night never fails a night-to-night comparison, 7% over a week
+    does), add that to ``summary``, and say whether it regressed."""
+    from reports.markdown import comparison_markdown
+
+    try:
+        copied = store.append_store(results_dir, history)
+        past = store.load_runs(history)
+    except (StoreError, OSError, ValueError) as error:
+        console.print(f"history: could not append tonight to {history}: {error}", markup=False, highlight=False)
+        return False
+    tonight = past[past["invocation_id"] == invocation]
+    starts = past.groupby("invocation_id")["started_at"].min().sort_values()
+    earlier = [i for i in starts.index if i != invocation and starts[i] < tonight["started_at"].min()]
+    console.print(
+        f"history: {copied} file(s) appended to {history}, which now holds {len(starts)} night(s)",
+        markup=False,
+        highlight=False,
+    )
+    if not earlier:
+        return False
+    reference = earlier[-nights] if len(earlier) >= nights else earlier[0]
+    back = len(earlier) - earlier.index(reference)
+    old = past[past["invocation_id"] == reference]
+    steps = store.load_steps(history, run_id=[*old["run_id"], *tonight["run_id"]], phase="measure")
+    creep = compare.compare_runs(old, tonight, steps, steps, settings)
+    verdict = compare.overall_verdict(creep)
+    when = f"{starts[reference]:%Y-%m-%d %H:%M} UTC"
+    with summary.open("a") as stream:
+        stream.write(
+            f"\n## Slow creep: against {back} night(s) back\n\n**{verdict.capitalize()}** against invocation "
+            f"{reference} ({when}): {comparison_markdown(creep)}\n"
+        )
+    console.print(
+        f"creep: {verdict.upper() if verdict == 'regressed' else verdict} against invocation {reference} "
+        f"({back} night(s) back, {when})",
+        markup=False,
+        highlight=False,
+    )
+    for row in compare.regressions(creep).to_dict("records"):
+        console.print(f"  {_label(row)}: {row['reason']}", markup=False, highlight=False)
+    return verdict == "regressed"
+
+
+def _label(row: dict) -> str:
+    return f"{row['workload']}/{row['size']} {row['test_backend']} {row['mode']}"
+
+
+def _closing(comparison: pd.DataFrame | None, failed: pd.DataFrame, compared: bool) -> list[str]:
     """The job's last words: the verdict and what it rests on."""
     if not compared:
         lines = ["no baseline: nothing compared (this job's results/ can be the next one's --baseline)"]
@@ -250,9 +339,16 @@ def _closing(regressed: bool, comparison: pd.DataFrame | None, failed: pd.DataFr
     assert comparison is not None
     counts = compare.verdict_counts(comparison)
     tally = ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
-    if regressed:
+    verdict = compare.overall_verdict(comparison)
+    if verdict == "regressed":
         lines = [f"REGRESSED ({tally}):"]
         for row in compare.regressions(comparison).to_dict("records"):
-            lines.append(f"  {row['workload']}/{row['size']} {row['test_backend']} {row['mode']}: {row['reason']}")
+            lines.append(f"  {_label(row)}: {row['reason']}")
         return lines
-    return [f"no regression ({tally})"]
+    if verdict == "inconclusive":
+        lines = [f"INCONCLUSIVE: {compare.overall_reason(comparison)} ({tally}):"]
+        for row in compare.undecided(comparison).to_dict("records"):
+            if row["metric"] == "step":
+                lines.append(f"  {_label(row)}: {row['reason']}")
+        return lines
+    return [f"{verdict} ({tally})"]

@@ -98,11 +98,11 @@ def writable_dir(option: str, path: Path) -> Path:
     return path.resolve()
 
 
-def writable_results(text: str) -> str | Path:
+def writable_results(text: str, option: str = "--results") -> str | Path:
     """``--results``: a local directory (see :func:`writable_dir`) or an object-store URL,
     which gets a real write too (a probe object, removed), before anything runs."""
     if not is_remote(text):
-        return writable_dir("--results", Path(text))
+        return writable_dir(option, Path(text))
     from tpubench import store  # pandas and pyarrow: only a bucket needs them this early
 
     try:
@@ -111,5 +111,5 @@ def writable_results(text: str) -> str | Path:
         location.fs.pipe_file(probe, b"")
         location.fs.rm(probe)
     except Exception as error:  # fsspec back ends raise their own types: a missing package, a denied bucket
-        raise BadInput(f"--results {text}: cannot write there ({type(error).__name__}: {error})") from error
+        raise BadInput(f"{option} {text}: cannot write there ({type(error).__name__}: {error})") from error
     return text

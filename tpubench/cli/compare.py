@@ -248,6 +248,7 @@ def compare_command(
                     "baseline": baseline,
                     "candidate": candidate,
                     "paired_on": keys,
+                    "verdict": compare.overall_verdict(frame),
                     "counts": counts,
                     "comparison": _records(frame),
                     "cross_backend": _records(cross),
@@ -262,8 +263,9 @@ def compare_command(
             console.print(f"({hidden} unchanged row(s) of other metrics not shown; --all shows them)")
         if not cross.empty:
             console.print(cross_table(cross))
+        why = compare.overall_reason(frame)
         console.print(
-            f"paired on {', '.join(keys)}; "
+            f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(keys)}; "
             + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
             + (f"; markdown: {markdown}" if markdown else "")
         )
@@ -330,7 +332,8 @@ def regressions_command(
             console.print(table)
         console.print(
             f"{len(found)} change point(s) in {series} series "
-            f"(a shift must last {min_points} invocations on each side, p < {settings.alpha}, "
+            f"(a shift must last {min_points} invocations on each side, p < {settings.alpha} in Welch's t-test "
+            "on the log values, "
             f">= {100 * settings.min_change:g}%)"
         )
     if fail_on_regression and (found["direction"] == "regression").any():
