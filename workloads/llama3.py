@@ -38,9 +38,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
 
-def rope_tables(positions: torch.Tensor, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin at ``positions``, computed in float32 then cast (bf16 angles drift)."""
-    inverse = ROPE_THETA ** -(torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+def rope_tables(
+    positions: torch.Tensor, head_dim: int, dtype: torch.dtype, theta: float = ROPE_THETA
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin at ``positions`` for RoPE base ``theta``, computed in float32 then cast (bf16 angles drift)."""
+    inverse = theta ** -(torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
     angles = torch.outer(positions.to(torch.float32), inverse)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 

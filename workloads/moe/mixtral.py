@@ -118,15 +118,6 @@ PUBLISHED = {
 }
 
 
-def rope_tables(
-    positions: torch.Tensor, head_dim: int, dtype: torch.dtype, theta: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin at ``positions`` for RoPE base ``theta``, computed in float32 then cast."""
-    inverse = theta ** -(torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(positions.to(torch.float32), inverse)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
 class Experts(nn.Module):
     """The router and ``n_experts`` SwiGLU experts, their weights stacked for one batched matmul."""
 
@@ -225,7 +216,7 @@ class Mixtral(nn.Module):
         x = self.token_embedding(input_ids)
         if positions is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        cos, sin = rope_tables(positions, self.config.head_dim, x.dtype, self.config.rope_theta)
+        cos, sin = llama3.rope_tables(positions, self.config.head_dim, x.dtype, self.config.rope_theta)
         routing = torch.zeros(2, self.config.n_experts, device=x.device)
         for block in self.blocks:
             x, layer_routing = block(x, cos, sin, cache, positions)
@@ -235,10 +226,6 @@ class Mixtral(nn.Module):
             return logits
         rows = input_ids.numel() * len(self.blocks)
         return logits, self.config.n_experts * (routing[0] * routing[1]).sum() / rows**2
-
-
-def make_batch(config: MoEConfig, shape: Shape, generator: torch.Generator) -> Batch:
-    return llm.make_tokens(config, shape.batch_size, shape.seq_len, generator)
 
 
 def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -319,7 +306,7 @@ WORKLOAD = Workload(
         "tpu": Shape(batch_size=4, seq_len=2048),
     },
     build_model=Mixtral,
-    make_batch=make_batch,
+    make_batch=llm.make_tokens,
     loss=loss,
     forward=llm.logits,
     flops=flops,
