@@ -157,6 +157,9 @@ def test_every_dashboard_page_labels_the_image_size(results: Path, monkeypatch: 
     app.switch_page(catalog.BY_TITLE[page].path)
     if page == "Compare":
         app.query_params.update(how="custom", baseline="tag.side=a", candidate="tag.side=b")
+    if page == "Run details":  # an image run (the latest may be the latent one)
+        runs = store.load_runs(results)
+        app.query_params.update(run=runs.loc[runs["workload"] == "toy-vision", "run_id"].iloc[0])
     app.run()
     assert not app.exception, app.exception[0].value
     shown = [str(frame.value.to_csv()) for frame in app.dataframe] + [str(box.options) for box in app.selectbox]

@@ -30,13 +30,7 @@ def run_xla(
 
 
 def test_train_compiles_settle_after_warmup_with_no_fallbacks(results_dir: Path, xla_python: str) -> None:
-    """Also the tied LM head: ``Module.to`` gave it a matrix of its own on xla (29 parameters,
-    1,052,160 elements, against 28 and 790,016 on the CPU), training updated two matrices and
-    the losses drifted from the second step. The row counts what the CPU build has, and
-    --verify compares three steps' losses and the count."""
-    row = run_xla(results_dir, xla_python, verify=True)
-    assert row["param_count"] == 790_016  # the CPU build's (test_registry)
-    assert row["verified"] == "match" and row["max_rel_err"] <= 1e-3, row.get("error")
+    row = run_xla(results_dir, xla_python)
     assert row["device"] == "CPU (PJRT)"
     assert row["compile_count"] >= 2  # step 0, and step 1 once the optimizer state exists
     assert row["recompiles_after_warmup"] == 0
@@ -178,5 +172,10 @@ def test_greedy_tokens_are_identical_across_backends_in_float32(xla_python: str)
 
 
 def test_verify_xla_against_the_cpu_reference(results_dir: Path, xla_python: str) -> None:
+    """Also the tied LM head: ``Module.to`` gave it a matrix of its own on xla (29 parameters,
+    1,052,160 elements, against 28 and 790,016 on the CPU), training updated two matrices and
+    the losses drifted from the second step. The row counts what the CPU build has, and
+    --verify compares three steps' losses and the count."""
     row = run_xla(results_dir, xla_python, mode="train", verify=True)
-    assert row["verified"] == "match" and row["max_rel_err"] <= 1e-3
+    assert row["param_count"] == 790_016  # the CPU build's (test_registry)
+    assert row["verified"] == "match" and row["max_rel_err"] <= 1e-3, row.get("error")
