@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -30,6 +31,43 @@ def tpubench(
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+#: one step's peak as a worker measures it: a fresh process, CpuBackend's baseline before the
+#: model exists and its peak after two steps (the second is the first with the optimizer's state)
+PEAK_SCRIPT = """
+import json, sys
+import torch
+from tpubench.backends.cpu import CpuBackend
+from tpubench.measure import make_step
+from workloads import get_workload
+from workloads.base import Shape, build
+
+name, size, mode, shape = sys.argv[1], sys.argv[2], sys.argv[3], Shape(**json.loads(sys.argv[4]))
+workload = get_workload(name)
+backend = CpuBackend()
+baseline = backend.memory_in_use_bytes()
+instance = build(workload, size, device="cpu", shape=shape)
+step = make_step(instance, instance.model, mode)
+for _ in range(2):
+    step()
+estimate = workload.estimate_memory_bytes(workload.config(size), shape, mode, torch.float32)
+print(json.dumps({"added": backend.peak_memory_bytes() - baseline, "estimate": estimate}))
+"""
+
+
+def measured_peak(workload: str, size: str, mode: str, shape: dict[str, int]) -> dict[str, int]:
+    """What a registered workload's step adds to a fresh CPU process at its peak, and its estimate."""
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, workload, size, mode, json.dumps(shape)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def wait_for(condition, what: str, timeout: float = 120.0, interval: float = 0.05):

@@ -56,7 +56,7 @@ def test_python_m_tpubench_is_the_same_command() -> None:
     ("args", "message"),
     [
         (["run", "--suite", "vision2"], "unknown suite 'vision2'; valid: llm"),
-        (["run", "--workload", "bert"], "unknown workload 'bert'; valid: gpt2, llama3"),
+        (["run", "--workload", "t5"], "unknown workload 't5'; valid: gpt2, llama3, resnet, vit, bert, mixtral, dit"),
         (["run", "--backend", "tpu9"], "unknown backend 'tpu9'; valid: cpu, cpu-compile, cuda, cuda-compile"),
         (["run", "--mode", "serve"], "unknown mode 'serve'; valid: train, infer, prefill, decode"),
         (["run", "--size", "70b"], "unknown size '70b'; valid: tiny, 124m"),

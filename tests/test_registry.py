@@ -37,8 +37,12 @@ def test_every_real_llm_size_has_a_published_figure_and_llama3_8b_is_mlperf() ->
     llama3 = workloads.get_workload("llama3")
     assert list(llama3.published) == ["1b", "3b", "8b"]
     assert llama3.suites_of("8b") == ("llm", "mlperf") and llama3.suites_of("1b") == ("llm",)
-    assert workloads.suites()["mlperf"] == ["llama3"]
-    assert workloads.suite_sizes("mlperf", llama3) == ["8b"] and workloads.suite_sizes("llm", llama3) is None
+    # the MLPerf reference models: resnet50-v1.5, bert (large), llama3.1 8b, mixtral 8x7b
+    mlperf = {
+        name: workloads.suite_sizes("mlperf", workloads.get_workload(name)) for name in workloads.suites()["mlperf"]
+    }
+    assert mlperf == {"llama3": ["8b"], "resnet": ["50"], "bert": ["large"], "mixtral": ["8x7b"]}
+    assert workloads.suite_sizes("llm", llama3) is None
 
 
 def test_shapes_name_their_dimensions_and_refuse_ones_a_workload_does_not_take() -> None:

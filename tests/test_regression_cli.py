@@ -422,11 +422,12 @@ def test_ci_refusing_its_input_leaves_no_out_folder(tmp_path, extra, message):
 
 def test_ci_pins_the_shape_as_run_does(tmp_path):
     """Issue 23: a nightly could not hold a serving shape: `ci` had no --batch-size, --seq-len, --gen-len."""
-    line = CI.replace("--mode infer", "--mode decode").replace("--rounds 2", "--rounds 1")
+    line = CI.replace("--mode infer", "--mode decode").replace("--steps 5", "--steps 2")
     done = tpubench(line, "--batch-size", "3", "--prompt-len", "12", "--gen-len", "4", "--out", str(tmp_path / "n"))
     assert done.returncode == 0, done.stdout + done.stderr
-    (row,) = store.load_runs(tmp_path / "n" / "results").to_dict("records")
-    assert (row["batch_size"], row["seq_len"], row["gen_len"], row["mode"]) == (3, 12, 4, "decode")
+    rows = store.load_runs(tmp_path / "n" / "results")
+    shapes = set(zip(rows["batch_size"], rows["seq_len"], rows["gen_len"], rows["mode"], strict=True))
+    assert len(rows) == 5 and shapes == {(3, 12, 4, "decode")}
 
 
 def test_nightly_workflow_passes_actionlint():

@@ -102,9 +102,12 @@ def test_report_and_hud_export_carry_the_dimensions(results: Path, tmp_path: Pat
     [
         (
             "--workload toy-vision --seq-len 64",
-            "--seq-len does not apply to toy-vision; workloads with it: gpt2, llama3",
+            "--seq-len does not apply to toy-vision; workloads with it: gpt2, llama3, bert, mixtral",
         ),
-        ("--workload gpt2 --image-size 224", "--image-size does not apply to gpt2; workloads with it: toy-vision"),
+        (
+            "--workload gpt2 --image-size 224",
+            "--image-size does not apply to gpt2; workloads with it: resnet, vit, toy-vision",
+        ),
         ("--workload toy-vision --latent-size 32", "--latent-size does not apply to toy-vision"),
         ("--workload toy-vision --image-size 0,224", "--image-size expects positive integers"),
     ],
@@ -126,9 +129,15 @@ def test_a_dimension_applies_to_the_workloads_that_take_it(shape_workloads: None
 
 
 def test_a_suite_of_sizes_picks_each_workloads_own(shape_workloads: None) -> None:
-    """``--suite mlperf`` runs llama3 8b, not its default tiny; a size tag works the same for any workload."""
+    """``--suite mlperf`` runs each MLPerf reference size, not the workloads' default tiny; a size
+    tag works the same for any workload."""
     mlperf = plan_runs(choose_runs("mlperf", None, ["cpu"], ["infer"], None, "bfloat16"), dtype="bfloat16")
-    assert [(spec.workload, spec.size) for spec in mlperf] == [("llama3", "8b")]
+    assert [(spec.workload, spec.size) for spec in mlperf] == [
+        ("llama3", "8b"),
+        ("resnet", "50"),
+        ("bert", "large"),
+        ("mixtral", "8x7b"),
+    ]
     tagged = plan_runs(choose_runs("toy-benchmark", None, ["cpu"], ["infer"], None, "float32"))
     assert [(spec.workload, spec.size, spec.suite) for spec in tagged] == [("toy-vision", "small", "toys")]
     whole = plan_runs(choose_runs("toy-images", None, ["cpu"], ["infer"], None, "float32"))

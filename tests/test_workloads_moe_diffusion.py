@@ -12,13 +12,11 @@ import json
 import math
 import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, measured_peak
 from torch.utils.flop_counter import FlopCounterMode
 
 from workloads import llm
@@ -307,27 +305,6 @@ def test_mixtral_cached_generation_equals_the_full_forward() -> None:
 
 # ---- memory ----------------------------------------------------------------------------------
 
-PEAK = textwrap.dedent("""
-    import json, sys
-    import torch
-    from tpubench.backends.cpu import CpuBackend
-    from tpubench.measure import make_step
-    from workloads.base import Shape, build
-    from workloads.diffusion import dit
-    from workloads.moe import mixtral
-
-    workload = {"mixtral": mixtral.WORKLOAD, "dit": dit.WORKLOAD}[sys.argv[1]]
-    size, mode, shape = sys.argv[2], sys.argv[3], Shape(**json.loads(sys.argv[4]))
-    backend = CpuBackend()
-    baseline = backend.memory_in_use_bytes()
-    instance = build(workload, size, device="cpu", shape=shape)
-    step = make_step(instance, instance.model, mode)
-    for _ in range(2):
-        step()
-    estimate = workload.estimate_memory_bytes(workload.config(size), shape, mode, torch.float32)
-    print(json.dumps({"added": backend.peak_memory_bytes() - baseline, "estimate": estimate}))
-""")
-
 
 @pytest.mark.parametrize(
     ("name", "size", "shape"),
@@ -341,16 +318,7 @@ PEAK = textwrap.dedent("""
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_the_memory_estimate_covers_the_measured_peak(name: str, size: str, shape: dict, mode: str) -> None:
     """What a fresh CPU process adds to its resident set over two steps, as a run measures it."""
-    result = subprocess.run(
-        [sys.executable, "-c", PEAK, name, size, mode, json.dumps(shape)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.splitlines()[-1])
+    found = measured_peak(name, size, mode, shape)
     assert found["added"] <= found["estimate"], found
 
 

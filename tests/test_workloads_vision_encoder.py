@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, measured_peak
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -192,46 +191,12 @@ def test_bert_is_hugging_faces_bert_model() -> None:
 
 # ---- memory: the estimate covers what a run really adds, measured as the worker measures it
 
-PEAK = textwrap.dedent("""
-    import json, resource, sys
-    import psutil, torch
-    from tpubench.measure import make_step
-    from workloads.base import Shape, build
-    from workloads.encoder import bert
-    from workloads.vision import resnet, vit
-
-    name, size, mode, batch_size, dim, value = sys.argv[1:]
-    workload = {"resnet": resnet, "vit": vit, "bert": bert}[name].WORKLOAD
-    shape = Shape(int(batch_size), **{dim: int(value)})
-    baseline = psutil.Process().memory_info().rss  # the worker's baseline: before the model exists
-    instance = build(workload, size, shape=shape)
-    step = make_step(instance, instance.model, mode)
-    for _ in range(2):  # the second step is the first with the optimizer's state already there
-        step()
-    added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
-    estimate = workload.estimate_memory_bytes(workload.config(size), shape, mode, torch.float32)
-    print(json.dumps({"added": added, "estimate": estimate}))
-""")
-
-
-def measured_peak(name: str, size: str, mode: str, shape: Shape) -> dict[str, int]:
-    [(dim, value)] = shape.dims().items()
-    result = subprocess.run(
-        [sys.executable, "-c", PEAK, name, size, mode, str(shape.batch_size), dim, str(value)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.splitlines()[-1])
-
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
 @pytest.mark.parametrize("mode", ["train", "infer"])
 def test_the_memory_estimate_covers_the_tiny_sizes_peak(name: str, mode: str) -> None:
-    found = measured_peak(name, "tiny", mode, WORKLOADS[name].shape_for("cpu"))
+    shape = WORKLOADS[name].shape_for("cpu")
+    found = measured_peak(name, "tiny", mode, {"batch_size": shape.batch_size, **shape.dims()})
     assert found["added"] <= found["estimate"], found
 
 
@@ -249,7 +214,7 @@ def test_the_memory_estimate_covers_a_real_sizes_training_peak_and_is_not_loose(
 ) -> None:
     """Within 2x: the estimate counts attention's S x S scores, which XLA keeps and the CPU's
     fused kernel does not (measured: 1.4x for resnet 50 and bert base, 1.5x for vit b16)."""
-    found = measured_peak(name, size, "train", shape)
+    found = measured_peak(name, size, "train", {"batch_size": shape.batch_size, **shape.dims()})
     assert found["added"] <= found["estimate"] <= 2 * found["added"], found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import resource
 from typing import TYPE_CHECKING
@@ -53,7 +54,16 @@ class CpuBackend(Backend):
         return psutil.Process().memory_info().rss
 
     def peak_memory_bytes(self) -> int:
-        """Peak resident set size of this worker process (Linux reports KiB)."""
+        """Peak resident set of this worker's address space (Linux's VmHWM, in KiB).
+
+        Not ``getrusage``'s ``ru_maxrss``: Linux carries that across ``exec``, so a worker
+        started by a large process (a pytest-xdist worker held 630 MB) reported its parent's
+        peak as its own. Elsewhere ``ru_maxrss`` is all there is.
+        """
+        with contextlib.suppress(OSError), open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def extra_metrics(self) -> dict[str, object]:
