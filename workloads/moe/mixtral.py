@@ -29,7 +29,7 @@ Transformer as Hugging Face's Mixtral computes it (``router_aux_loss_coef``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +76,10 @@ def active_params(config: MoEConfig) -> int:
     return total_params(config) - config.n_layer * (config.n_experts - config.top_k) * config.expert_params()
 
 
+MIXTRAL_8X7B = MoEConfig(
+    n_layer=32, n_head=32, n_kv_head=8, d_model=4096, d_ff=14336, vocab_size=32000, max_seq_len=32768
+)
+
 SIZES = {
     "tiny": MoEConfig(
         n_layer=2,
@@ -88,24 +92,8 @@ SIZES = {
         n_experts=4,
         top_k=2,
     ),
-    "8x7b-2l": MoEConfig(
-        n_layer=2,
-        n_head=32,
-        n_kv_head=8,
-        d_model=4096,
-        d_ff=14336,
-        vocab_size=32000,
-        max_seq_len=32768,
-    ),
-    "8x7b": MoEConfig(
-        n_layer=32,
-        n_head=32,
-        n_kv_head=8,
-        d_model=4096,
-        d_ff=14336,
-        vocab_size=32000,
-        max_seq_len=32768,
-    ),
+    "8x7b-2l": replace(MIXTRAL_8X7B, n_layer=2),  # real widths, 2 layers (torchprime's "shallow" configs)
+    "8x7b": MIXTRAL_8X7B,
 }
 
 PUBLISHED = {
