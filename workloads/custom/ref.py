@@ -1,0 +1,58 @@
+"""A reference to a user's model: what ``--model`` and ``tpubench.bench`` name, and what
+crosses into every worker process (a reference, never a pickled module).
+
+The CLI parses the user's words into a :class:`ModelRef` once, in the main process; the
+runner stores its JSON in the run spec; each worker (in any interpreter, on any host)
+turns it back into a :class:`workloads.Workload` with :func:`workloads.custom.resolve`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+#: how a model is reached: a factory in the user's code, or a Hugging Face architecture
+ROUTES = ("factory", "hf")
+
+
+class ModelRefError(ValueError):
+    """Bad input in a model reference: the message is one line that names the valid choices,
+    shown by the CLI as ``error: ...`` with exit 2 before anything runs."""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A user's model, by reference.
+
+    ``route`` is ``factory`` or ``hf``. ``target`` is, for ``factory``, ``pkg.mod:make_model``
+    or an absolute ``/path/to/file.py:make_model``; for ``hf``, a ``model_type`` (``llama``),
+    an absolute path to a folder holding ``config.json``, or a hub id found in the local
+    cache. ``inputs`` and ``loss`` are optional ``module:function`` references (factory
+    route); ``overrides`` are ``--model-config`` pairs, as given; ``task`` is an
+    optimum-benchmark task name (hf route; None: inferred from the config).
+    """
+
+    route: str
+    target: str
+    inputs: str | None = None
+    loss: str | None = None
+    overrides: tuple[tuple[str, str], ...] = ()
+    task: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.route not in ROUTES:
+            raise ModelRefError(f"unknown model route {self.route!r}; valid: {', '.join(ROUTES)}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelRef:
+        data = json.loads(text)
+        data["overrides"] = tuple(tuple(pair) for pair in data.get("overrides", ()))
+        return cls(**data)
+
+    @property
+    def label(self) -> str:
+        """What ``--model`` said: ``hf:llama``, ``mypkg.models:make_model``."""
+        return f"hf:{self.target}" if self.route == "hf" else self.target
