@@ -31,9 +31,11 @@ def percentiles(runs: pd.DataFrame) -> pd.DataFrame:
             "backend": runs["backend"],
             "device": runs["device"],
             "mode": runs["mode"],
-            "batch": runs["batch_size"],
-            "prompt": runs["seq_len"],
-            "generated": runs["gen_len"],
+            # a store holding a workload without a sequence gives seq_len nulls, which read
+            # back as floats: 128.0 tokens; shown as whole numbers
+            "batch": runs["batch_size"].astype("Int64"),
+            "prompt": runs["seq_len"].astype("Int64"),
+            "generated": runs["gen_len"].astype("Int64"),
         }
     )
     for metric in ("ttft", "tpot", "itl"):
