@@ -110,6 +110,7 @@ def test_report_and_hud_export_carry_the_dimensions(results: Path, tmp_path: Pat
         ),
         ("--workload toy-vision --latent-size 32", "--latent-size does not apply to toy-vision"),
         ("--workload toy-vision --image-size 0,224", "--image-size expects positive integers"),
+        ("--workload vit --image-size 256", "vit/tiny: vit takes --image-size 224 (its position table), not 256"),
     ],
 )
 def test_a_dimension_no_chosen_workload_takes_is_one_error_line(tmp_path: Path, line: str, message: str) -> None:

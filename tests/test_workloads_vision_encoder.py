@@ -101,7 +101,7 @@ def test_forward_flops_are_the_published_figures(name: str, size: str, shape: Sh
 
 
 def test_vit_refuses_an_image_size_its_position_table_does_not_have() -> None:
-    with pytest.raises(ValueError, match="takes image_size 224"):
+    with pytest.raises(ValueError, match="takes --image-size 224"):
         build(vit.WORKLOAD, "tiny", shape=Shape(2, image_size=256))
 
 

@@ -109,6 +109,8 @@ def plan(
                 generated = DEFAULT_GEN_LEN if gen is None else gen
                 if shape.seq_len is not None:
                     _check_context(workload, size, shape.seq_len, generated)
+                if error := workload.shape_error(workload.config(size), shape):
+                    raise ValueError(f"{workload.name}/{size}: {error}")
                 specs.append(
                     RunSpec(
                         suite=workload.suite,

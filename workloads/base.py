@@ -109,6 +109,9 @@ class Workload:
     published: Mapping[str, Published] = field(default_factory=dict)
     size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     active_params: Callable[[Any], int] | None = None  # MoE: parameters active per token
+    #: why a size cannot take a shape (None: it can), asked when runs are planned, so a
+    #: shape a model cannot take is bad input before anything runs, not a failed row
+    shape_error: Callable[[Any, Shape], str | None] = field(default=lambda config, shape: None)
 
     @property
     def suite(self) -> str:

@@ -99,11 +99,16 @@ class ViT(nn.Module):
         return self.head(self.norm(x[:, 0]))
 
 
-def make_batch(config: ViTConfig, shape: Shape, generator: torch.Generator) -> Batch:
+def shape_error(config: ViTConfig, shape: Shape) -> str | None:
+    """The position table has one entry per patch at the size's own resolution."""
     if shape.image_size != config.image_size:
-        raise ValueError(
-            f"vit at this size takes image_size {config.image_size} (its position table), not {shape.image_size}"
-        )
+        return f"vit takes --image-size {config.image_size} (its position table), not {shape.image_size}"
+    return None
+
+
+def make_batch(config: ViTConfig, shape: Shape, generator: torch.Generator) -> Batch:
+    if error := shape_error(config, shape):
+        raise ValueError(error)
     return make_images(config.num_classes, shape, generator)
 
 
@@ -172,4 +177,5 @@ WORKLOAD = Workload(
     estimate_memory_bytes=estimate_memory_bytes,
     dims=("image_size",),
     published=PUBLISHED,
+    shape_error=shape_error,
 )
