@@ -84,12 +84,21 @@ def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) ->
     assert "Traceback" not in result.stdout + result.stderr
 
 
-@pytest.mark.slow
-def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
-    """The README's command at tiny size: every llm workload, cpu and cpu-compile, both modes."""
+@pytest.mark.parametrize(
+    "backends",
+    [
+        pytest.param(("cpu",), marks=pytest.mark.slow),
+        # four Inductor compiles of train and infer: minutes on 2 cores, so nightly; the
+        # compiled rows' columns are also checked by tests/test_inductor_cache.py in CI
+        pytest.param(("cpu", "cpu-compile"), marks=pytest.mark.nightly),
+    ],
+)
+def test_run_llm_suite_end_to_end(results_dir: Path, backends: tuple[str, ...]) -> None:
+    """The README's command at tiny size: every llm workload, on ``backends``, both modes."""
     result = tpubench(
         "run --suite llm --size tiny --steps 3 --results",
         str(results_dir),
+        *(f"--backend={backend}" for backend in backends),
         "--tag",
         "purpose=test",
         env={"COLUMNS": "200"},
@@ -97,9 +106,10 @@ def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tpubench results" in result.stdout and "median ms" in result.stdout
     runs = store.load_runs(results_dir)
-    assert len(runs) == 8
+    expected = 2 * 2 * len(backends)  # gpt2 and llama3, train and infer
+    assert len(runs) == expected
     assert set(runs.status) == {"ok"}, runs[["workload", "backend", "mode", "error"]]
-    assert set(runs.backend) == {"cpu", "cpu-compile"} and set(runs["mode"]) == {"train", "infer"}
+    assert set(runs.backend) == set(backends) and set(runs["mode"]) == {"train", "infer"}
     assert (runs.median_step_ms > 0).all() and (runs.tokens_per_s > 0).all()
     assert (runs.p10_step_ms <= runs.median_step_ms).all() and (runs.median_step_ms <= runs.p90_step_ms).all()
     assert runs.mfu.isna().all()  # a CPU has no entry in the peak table, and each row says so
@@ -116,7 +126,7 @@ def test_run_llm_suite_end_to_end(results_dir: Path) -> None:
     assert (compiled.first_step_s * 1e3 > compiled.median_step_ms).all()
     steps = store.load_steps(results_dir)
     measured = steps[steps.phase == "measure"].groupby("run_id").size()
-    assert (measured == 3).all() and len(measured) == 8
+    assert (measured == 3).all() and len(measured) == expected
     assert (steps[steps.phase == "first"].groupby("run_id").size() == 1).all()
 
 
