@@ -1,7 +1,8 @@
 """Greedy tokens and per-token compile counts for the tiny llm workloads on one backend.
 
-Run as ``python tests/greedy_tokens.py BACKEND`` by the tests, under whichever interpreter
-the backend needs; prints JSON {workload: {"tokens": [[...]], "compiles": [...]}}.
+Run as ``python tests/greedy_tokens.py BACKEND [WORKLOAD...]`` (default: gpt2 and llama3)
+by the tests, under whichever interpreter the backend needs; prints JSON
+{workload: {"tokens": [[...]], "compiles": [...]}}.
 """
 
 from __future__ import annotations
@@ -34,4 +35,4 @@ def greedy(backend_name: str, workload: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({name: greedy(sys.argv[1], name) for name in ("gpt2", "llama3")}))
+    print(json.dumps({name: greedy(sys.argv[1], name) for name in sys.argv[2:] or ("gpt2", "llama3")}))
