@@ -54,6 +54,9 @@ class RunSpec:
     tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)
     verify: bool = False  # also compare outputs with a CPU float32 reference (tpubench.verify)
     init_dtype: str | None = None  # the dtype weights are drawn in, if not ``dtype`` (--verify's reference)
+    #: a user's model (``--model``, ``tpubench.bench``): its ``ModelRef`` as JSON, resolved
+    #: again in the worker; None for a registered workload, found by name
+    model_ref: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

@@ -109,6 +109,9 @@ class Workload:
     published: Mapping[str, Published] = field(default_factory=dict)
     size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     active_params: Callable[[Any], int] | None = None  # MoE: parameters active per token
+    #: a user's model (``workloads.custom``): extra row columns for (config, shape, mode):
+    #: model_ref, model_hash, flops_source, flops_incomplete, loss_source
+    row_columns: Callable[[Any, Shape, str], dict[str, Any]] | None = None
 
     @property
     def suite(self) -> str:
