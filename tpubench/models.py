@@ -172,4 +172,3 @@ def workload_for(spec: RunSpec) -> Workload:
         return get_workload(spec.workload)
     except (ModelRefError, RegistryError) as error:
         raise WorkloadUnavailable(f"{spec.workload} cannot be loaded by {sys.executable}: {error}") from error
-

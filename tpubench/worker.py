@@ -106,7 +106,11 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         return {"status": "unavailable", "error": str(error)}
     config = workload.config(spec.size)
     identity = identity_columns(workload, config, spec)
-    row = {"device": availability.device_name, **identity, **admit(spec, backend, availability.device_name, workload, config)}
+    row = {
+        "device": availability.device_name,
+        **identity,
+        **admit(spec, backend, availability.device_name, workload, config),
+    }
     if row.get("status") == "skipped":
         return row
 
