@@ -109,6 +109,9 @@ class Workload:
     published: Mapping[str, Published] = field(default_factory=dict)
     size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     active_params: Callable[[Any], int] | None = None  # MoE: parameters active per token
+    #: extra row columns (config, shape, mode) -> {column: value}: a user's model says what it is
+    #: (``model_ref``, ``model_hash``) and how its FLOPs and loss were obtained (workloads.custom)
+    row_columns: Callable[[Any, Shape, str], dict[str, Any]] | None = None
 
     @property
     def suite(self) -> str:
