@@ -109,8 +109,8 @@ class Workload:
     published: Mapping[str, Published] = field(default_factory=dict)
     size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     active_params: Callable[[Any], int] | None = None  # MoE: parameters active per token
-    #: a user's model (``workloads.custom``): extra row columns for (config, shape, mode):
-    #: model_ref, model_hash, flops_source, flops_incomplete, loss_source
+    #: extra row columns (config, shape, mode) -> {column: value}: a user's model says what it is
+    #: (``model_ref``, ``model_hash``) and how its FLOPs and loss were obtained (workloads.custom)
     row_columns: Callable[[Any, Shape, str], dict[str, Any]] | None = None
 
     @property
