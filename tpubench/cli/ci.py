@@ -228,7 +228,13 @@ def ci_command(
     """
     use_workload_modules(workload_module, model)
     choice = choose_runs(
-        suite, workload, backend, mode, size, dtype, custom_model(model, inputs, loss, model_config, task)
+        suite,
+        workload,
+        backend,
+        mode,
+        size,
+        dtype,
+        custom_model(model, inputs, loss, model_config, task, suite, workload),
     )
     shape = shape_options(choice, batch_size, seq_len, prompt_len, gen_len, image_size, latent_size)
     settings = settings_from(threshold, statistic)

@@ -51,7 +51,7 @@ def list_workloads(
     from workloads import sources
 
     use_workload_modules(workload_module, model)
-    custom = custom_model(model, inputs, loss, model_config, task)
+    custom = custom_model(model, inputs, loss, model_config, task, suite)
     chosen = select_workloads(suite, None)
     origin = sources()  # select_workloads has checked the registry
     if custom is not None:

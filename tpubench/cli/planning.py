@@ -83,9 +83,16 @@ class CustomModel:
 
 
 def custom_model(
-    model: str | None, inputs: str | None, loss: str | None, model_config: str | None, task: str | None
+    model: str | None,
+    inputs: str | None,
+    loss: str | None,
+    model_config: str | None,
+    task: str | None,
+    suite: str | None = None,
+    workloads: list[str] | None = None,
 ) -> CustomModel | None:
-    """``--model`` and its companions as a resolved workload (None without ``--model``)."""
+    """``--model`` and its companions as a resolved workload (None without ``--model``), which
+    runs on its own: with ``--suite`` or ``--workload`` too it is an error."""
     from tpubench.models import model_ref, resolve
     from workloads.custom.ref import ModelRefError
 
@@ -103,6 +110,11 @@ def custom_model(
         if given:
             raise BadInput(f"{', '.join(given)} describe(s) a model of yours: add --model")
         return None
+    if suite or workloads:
+        raise BadInput(
+            "--model measures your model on its own; it does not combine with --workload or --suite "
+            "(run those in a separate invocation)"
+        )
     try:
         ref = model_ref(model, inputs=inputs, loss=loss, config=model_config, task=task)
         return CustomModel(resolve(ref), ref.to_json())
@@ -158,14 +170,9 @@ def choose_runs(
     custom: CustomModel | None = None,
 ) -> Choice:
     """The options ``run`` and ``ci`` share, checked; ``sizes`` items may be comma lists (a sweep).
-    ``custom`` (``--model``) is the one workload, on its own."""
+    ``custom`` (``--model``, see :func:`custom_model`) is the one workload."""
     from workloads import GENERATION_MODES, MODES
 
-    if custom is not None and (suite or workloads):
-        raise BadInput(
-            "--model measures your model on its own; it does not combine with --workload or --suite "
-            "(run those in a separate invocation)"
-        )
     chosen = [custom.workload] if custom else select_workloads(suite, workloads)
     chosen_backends = choose("backend", backends, list(BACKENDS))
     chosen_modes = choose("mode", modes, list(MODES + GENERATION_MODES))

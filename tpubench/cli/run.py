@@ -144,7 +144,7 @@ def run(
     interpreters = pythons(python)
     use_workload_modules(workload_module, model)  # before Ray's actors copy this environment
     fleet = join_fleet(on, resume, backend, interpreters, ray_address, str(results_dir))
-    custom = custom_model(model, inputs, loss, model_config, task)
+    custom = custom_model(model, inputs, loss, model_config, task, suite, workload)
     choice = choose_runs(suite, workload, backend, mode, size, dtype, custom)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
