@@ -140,6 +140,19 @@ def reference_of(function: Callable[..., Any] | str, role: str) -> str:
     return f"{module}:{name}"
 
 
+def module_root(function: Callable[..., Any] | str) -> Path | None:
+    """The folder a function's module is imported from (the one holding its top package),
+    which the workers need on their path too; None for a string or a script's function."""
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    if isinstance(function, str) or module is None or module.__name__ == "__main__" or not path:
+        return None
+    root = Path(path).resolve().parent
+    for _ in range(module.__name__.count(".") + (Path(path).name == "__init__.py")):
+        root = root.parent
+    return root
+
+
 def resolve(ref: ModelRef) -> Workload:
     """The reference's workload (``workloads.custom.resolve``); bad input is a ModelRefError."""
     from workloads.custom import resolve as resolve_ref
