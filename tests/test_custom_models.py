@@ -173,7 +173,7 @@ def test_get_example_inputs_fixes_the_batch(factory_file: Path) -> None:
 
 
 def test_a_model_without_inputs_is_an_error(factory_file: Path) -> None:
-    with pytest.raises(ModelRefError, match="no inputs for .*--inputs .*get_example_inputs"):
+    with pytest.raises(ModelRefError, match=r"no inputs for .*--inputs .*get_example_inputs"):
         resolve(factory(factory_file, "make_plain"))
 
 
@@ -329,7 +329,7 @@ def test_a_config_that_fails_its_first_forward_is_caught_by_the_dry_run() -> Non
     """A bare T5Config has no decoder_start_token_id: the labels cannot be shifted."""
     small = (("d_model", "16"), ("d_kv", "4"), ("d_ff", "32"), ("num_layers", "1"), ("vocab_size", "64"))
     workload = hf("t5", small)
-    with pytest.raises(ModelRefError, match="fails its first train step.*decoder_start_token_id"):
+    with pytest.raises(ModelRefError, match=r"fails its first train step.*decoder_start_token_id"):
         dry_run(workload, Shape(1, seq_len=8), "train")
     fixed = hf("t5", (*small, ("decoder_start_token_id", "0")))
     dry_run(fixed, Shape(1, seq_len=8), "train")
