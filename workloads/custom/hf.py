@@ -117,9 +117,12 @@ def read_config_dict(folder: str, target: str) -> dict[str, Any]:
 
 
 def check_keys(config: Any, options: dict[str, Any], target: str) -> None:
-    """Every override must name a field of the config (HF would silently keep a misspelt one)."""
+    """Every override must name a field of the config (HF would silently keep a misspelt one):
+    one it has, an alias (``n_embd``), a property (``num_labels``) or a special token id
+    (``decoder_start_token_id``, which configs take without declaring it)."""
     known = set(config.to_dict()) | set(getattr(config, "attribute_map", {}))
-    if unknown := [key for key in options if key not in known]:
+    known |= {name for name in dir(type(config)) if isinstance(getattr(type(config), name), property)}
+    if unknown := [key for key in options if key not in known and not key.endswith("_token_id")]:
         hints = {key: difflib.get_close_matches(key, sorted(known), n=2) for key in unknown}
         said = "; ".join(f"{key} (did you mean {', '.join(h)}?)" if h else key for key, h in hints.items())
         raise ModelRefError(
@@ -287,24 +290,31 @@ class ImageInputs:
 
 def static_cache_steps(config: Any, model_class: type) -> GenerationSteps:
     """Greedy prefill and decode through transformers' ``StaticCache``: fixed shapes at every
-    position (the cache is masked, not sliced), so a compiled backend builds each graph once."""
+    position (the cache is masked, not sliced), so a compiled backend builds each graph once.
+
+    The cache writes at its own device-side length counter; a prefill starts a generation, so
+    it first rewinds the cache with ``reset()``, as ``generate`` does when it reuses one.
+    Positions are passed explicitly (``position_ids``), so nothing reads the counter back.
+    """
     from transformers import StaticCache
 
-    keeps_last = "logits_to_keep" in inspect.signature(model_class.forward).parameters
+    parameters = inspect.signature(model_class.forward).parameters
+    cache_name = "cache" if "cache" in parameters else "past_key_values"  # renamed in transformers 5.x
+    keeps_last = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
 
     def allocate_cache(batch_size: int, length: int, device: torch.device, dtype: torch.dtype) -> Any:
         # the layers take their batch, device and dtype from the first keys written into them
         return StaticCache(config=config, max_cache_len=length)
 
     def prefill(model: nn.Module, batch: Batch, cache: Any) -> torch.Tensor:
+        cache.reset()
         prompt = batch["input_ids"]
-        positions = torch.arange(prompt.shape[1], device=prompt.device)
-        extra = {"logits_to_keep": 1} if keeps_last else {}
-        out = model(input_ids=prompt, past_key_values=cache, cache_position=positions, use_cache=True, **extra)
+        positions = torch.arange(prompt.shape[1], device=prompt.device).unsqueeze(0)
+        out = model(input_ids=prompt, position_ids=positions, use_cache=True, **{cache_name: cache}, **keeps_last)
         return out.logits[:, -1:].argmax(dim=-1)
 
     def decode(model: nn.Module, token: torch.Tensor, position: torch.Tensor, cache: Any) -> torch.Tensor:
-        out = model(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True)
+        out = model(input_ids=token, position_ids=position.view(1, 1), use_cache=True, **{cache_name: cache})
         position.add_(1)
         return out.logits[:, -1:].argmax(dim=-1)
 
