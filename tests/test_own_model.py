@@ -233,6 +233,7 @@ WORKLOAD = dataclasses.replace(gpt2.WORKLOAD, name="{name}")
 def write_distribution(site: Path, name: str, entry: str, module: str, workload: str) -> None:
     """An installed package as pip leaves it: the module, and a ``.dist-info`` whose
     ``entry_points.txt`` is what :func:`importlib.metadata.entry_points` reads."""
+    site.mkdir(exist_ok=True)
     (site / f"{module}.py").write_text(PLUGIN.format(name=workload))
     info = site / f"{name.replace('-', '_')}-0.1.dist-info"
     info.mkdir(parents=True)
@@ -267,6 +268,7 @@ def test_two_providers_of_one_name_is_an_error_naming_both(
     assert err.strip() == (
         "error: workload 'gpt2' is provided twice: by built-in and by module shadow; rename one of them"
     )
+    monkeypatch.setenv(workloads.PLUGIN_ENV, "")  # --workload-module added shadow for this process's workers
     (user_dir / "mine.py").write_text(PLUGIN.format(name="mine"))
     site = tmp_path / "site"
     write_distribution(site, "other-plug", "mine", "other_plug", "mine")
