@@ -405,7 +405,8 @@ def test_the_readme_examples_run_as_written(tmp_path: Path) -> None:
         assert result.returncode == 0, script + result.stdout + result.stderr
         outputs.append(result.stdout)
     runs = store.load_runs(tmp_path / "results")
-    assert len(runs) == 3 and set(runs["status"]) == {"ok"}, runs[["workload", "status", "error"]]
+    assert len(runs) == 4 and set(runs["status"]) == {"ok"}, runs[["workload", "status", "error"]]
+    # the factory runs train and infer; the others one mode each
     assert set(runs["workload"]) == {f"{tmp_path / 'my_model.py'}:make_model", "hf:llama", "gpt2-mine"}
     assert "llama3-mine" in outputs[3] and "entry point llama3-mine" in outputs[3]
     assert f"{tmp_path / 'bench_mine.py'}:make_model" in outputs[4] and "train" in outputs[4]
