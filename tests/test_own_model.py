@@ -27,7 +27,7 @@ import workloads
 from tpubench import TpubenchWarning, store
 from tpubench.analysis import changepoints, compare
 from tpubench.cli import main
-from tpubench.models import importable_from, model_ref, reference_of
+from tpubench.models import importable_from, model_ref, prepared, reference_of
 from tpubench.runner import SuiteRunner, plan
 from tpubench.schema import RUNS, STEPS
 from tpubench.worker import throughput_columns
@@ -141,6 +141,26 @@ def test_frozen_parameters_count_in_param_count_but_not_in_trainable(
     assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
     assert row["param_count"] == PARAMS and row["trainable_param_count"] == PARAMS - 16 * 8
     assert row["workload"] == "my_model:make_frozen" and row["loss_source"] is None  # infer: no loss
+
+
+def test_resume_skips_the_same_model_and_reruns_a_changed_one(user_dir: Path, results_dir: Path) -> None:
+    """The hash is known when planning (``prepared``), so ``--resume`` matches on it: editing the
+    factory's source under the same reference is a new model, never an already-stored run."""
+
+    def planned() -> list:
+        ref = model_ref(str(user_dir / "my_model.py:make_model"), inputs=str(user_dir / "my_model.py:make_inputs"))
+        workload = resolve(ref)
+        specs = plan([workload], backends=["cpu"], modes=["infer"], steps=2, warmup=1, model_ref=ref.to_json())
+        return prepared(workload, specs)
+
+    [first] = SuiteRunner(results_dir).run(planned())
+    assert first["status"] == "ok" and first["model_hash"] == planned()[0].model_hash
+    again = SuiteRunner(results_dir, resume=True)
+    assert again.run(planned()) == [] and len(again.resumed) == 1
+    (user_dir / "my_model.py").write_text(MY_MODEL.replace("hidden=8", "hidden=6"))
+    changed = SuiteRunner(results_dir, resume=True)
+    [row] = changed.run(planned())
+    assert changed.resumed == [] and row["status"] == "ok" and row["model_hash"] != first["model_hash"]
 
 
 def test_the_factory_runs_on_xla_with_the_same_model_hash_as_on_cpu(user_dir: Path, xla_python: str) -> None:

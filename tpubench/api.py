@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench.models import dry_run, importable_from, model_ref, module_root, reference_of, resolve
+from tpubench.models import importable_from, model_ref, module_root, prepared, reference_of, resolve
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +58,6 @@ def bench(
     import pandas as pd
 
     from tpubench.runner import SuiteRunner, plan
-    from workloads import Shape
 
     for given in (model_or_factory, inputs, loss):  # where the workers will import it from
         if given is not None:
@@ -83,7 +82,7 @@ def bench(
         model_ref=ref.to_json(),
         **options,
     )
-    dry_run(workload, [(Shape(spec.batch_size, **spec.dims()), spec.mode) for spec in specs])
+    specs = prepared(workload, specs)
     with tempfile.TemporaryDirectory(prefix="tpubench-bench-") as scratch:
         runner = SuiteRunner(results_dir=results or scratch, pythons=dict(pythons or {}), tags=dict(tags or {}))
         rows = runner.run(specs)

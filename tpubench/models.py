@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,13 +161,21 @@ def resolve(ref: ModelRef) -> Workload:
     return resolve_ref(ref)
 
 
-def dry_run(workload: Workload, shapes_and_modes: Iterable[tuple[Any, str]]) -> None:
-    """One first forward per (shape, mode) the runs will use, in this process, so a config
-    that cannot run (a bare T5 without ``decoder_start_token_id``) is an error before any run."""
-    from workloads.custom import dry_run as dry_run_one
+def prepared(workload: Workload, specs: list[RunSpec]) -> list[RunSpec]:
+    """``specs`` of a user's model, each dry-run here at its shape and mode (a config that
+    cannot run, such as a bare T5 without ``decoder_start_token_id``, is a ModelRefError
+    before any run) and given the model's hash."""
+    from workloads import Shape
+    from workloads.custom import dry_run
 
-    for shape, mode in dict.fromkeys(shapes_and_modes):
-        dry_run_one(workload, shape, mode)
+    config = workload.config(workload.default_size)
+    done = []
+    for spec in specs:
+        shape = Shape(spec.batch_size, **spec.dims())
+        dry_run(workload, shape, spec.mode)  # counted once per shape and mode, and kept
+        model_hash = workload.row_columns(config, shape, spec.mode)["model_hash"] if workload.row_columns else None
+        done.append(replace(spec, model_hash=model_hash))
+    return done
 
 
 class WorkloadUnavailable(LookupError):

@@ -104,8 +104,7 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     if base is None:
         return FIRST_NIGHT_ROUNDS, "no baseline to measure the noise from"
     spreads = compare.baseline_spread(base.runs, base.steps, settings)
-    # a user's model's hash is known once it has run: its noise is sized from any version of it
-    keys = [*(key for key in compare.PAIR_KEYS if key != "model_hash"), "backend"]
+    keys = [*compare.PAIR_KEYS, "backend"]
     planned = {tuple(getattr(spec, key) for key in keys) for spec in specs}
     # a dimension the workload does not take is NaN in the frame and None in the spec
     tonight = [

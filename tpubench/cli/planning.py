@@ -196,8 +196,8 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     (``--suite mlperf``: those matching an MLPerf reference), or its default size. A user's
     model is dry-run at each planned shape and mode, here in the main process.
     """
-    from tpubench.models import dry_run
-    from workloads import Shape, suite_sizes
+    from tpubench.models import prepared
+    from workloads import suite_sizes
 
     sizes: list[str] | dict[str, list[str] | None] = choice.sizes
     if choice.suite and not sizes:
@@ -213,7 +213,7 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
             **options,
         )
         if choice.model_ref:
-            dry_run(choice.workloads[0], [(Shape(s.batch_size, **s.dims()), s.mode) for s in specs])
+            specs = prepared(choice.workloads[0], specs)
     except ValueError as error:  # ModelRefError among them
         raise BadInput(str(error)) from error
     return specs
