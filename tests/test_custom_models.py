@@ -333,3 +333,25 @@ def test_a_config_that_fails_its_first_forward_is_caught_by_the_dry_run() -> Non
         dry_run(workload, Shape(1, seq_len=8), "train")
     fixed = hf("t5", (*small, ("decoder_start_token_id", "0")))
     dry_run(fixed, Shape(1, seq_len=8), "train")
+
+
+def test_hf_vision_and_feature_extraction_models_take_their_own_inputs() -> None:
+    vit = hf(
+        "vit",
+        (
+            ("hidden_size", "32"),
+            ("num_hidden_layers", "1"),
+            ("num_attention_heads", "2"),
+            ("intermediate_size", "64"),
+            ("image_size", "32"),
+            ("patch_size", "8"),
+        ),
+    )
+    assert vit.dims == ("image_size",) and vit.shape_for("cpu") == Shape(2, image_size=32)
+    assert "ViTForImageClassification" in vit.description
+    train_and_infer(vit)
+    features = hf("llama", LLAMA_OVERRIDES, task="feature-extraction")
+    assert features.modes == ("train", "infer") and "LlamaModel" in features.description
+    train_and_infer(features, batch_size=1, seq_len=8)
+    columns = features.row_columns(features.config("default"), Shape(1, seq_len=8), "train")
+    assert columns["loss_source"] == "synthesised: mean of outputs"

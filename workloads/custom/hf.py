@@ -294,7 +294,10 @@ def static_cache_steps(config: Any, model_class: type) -> GenerationSteps:
 
     The cache writes at its own device-side length counter; a prefill starts a generation, so
     it first rewinds the cache with ``reset()``, as ``generate`` does when it reuses one.
-    Positions are passed explicitly (``position_ids``), so nothing reads the counter back.
+    Positions are passed explicitly (``position_ids``). One host read remains on torch_xla:
+    from the second prefill on, transformers tests the initialised cache's offset tensor
+    (``q_offset == 0`` in ``masking_utils._ignore_causal_mask_sdpa``), which XLA reports as one
+    ``aten::_local_scalar_dense`` fallback per prefill (no recompile); the row shows it.
     """
     from transformers import StaticCache
 
