@@ -303,6 +303,53 @@ def test_two_providers_of_one_name_is_an_error_naming_both(
     assert "by module mine and by entry point mine (other_plug:WORKLOAD) of other-plug 0.1" in err
 
 
+API_SCRIPT = """
+import sys
+
+import tpubench
+from my_model import make_inputs, make_model
+
+if __name__ == "__main__":
+    rows = tpubench.bench(
+        make_model, make_inputs, backends=["cpu-compile", "xla"], modes=["train"], pythons={"xla": sys.argv[1]},
+        results="res", steps=2, warmup=1,
+    )
+    print(rows[["backend", "status"]].to_string())
+"""
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("route", ["workload-module", "entry-point", "api"])
+def test_every_route_runs_on_cpu_compile_and_xla(route: str, user_dir: Path, tmp_path: Path, xla_python: str) -> None:
+    """The routes the README runs on cpu, on the compiled and XLA backends (the factory's own
+    test runs those already)."""
+    site = tmp_path / "site"
+    write_distribution(site, "tiny-plug", "gpt2-ep", "tiny_plug", "gpt2-ep")
+    (user_dir / "my_plugin.py").write_text(PLUGIN.format(name="gpt2-mine"))
+    (user_dir / "use_api.py").write_text(API_SCRIPT)
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    backends = ["--backend", "cpu-compile", "--backend", "xla", "--python", f"xla={xla_python}"]
+    quick = ["--mode", "train", "--size", "tiny", *QUICK, "--results", "res"]
+    if route == "api":
+        result = subprocess.run(
+            [sys.executable, "use_api.py", xla_python],
+            capture_output=True,
+            text=True,
+            cwd=user_dir,
+            env={**os.environ, **env},
+        )
+    else:
+        chosen = (
+            ["--workload-module", "my_plugin", "--workload", "gpt2-mine"]
+            if route == "workload-module"
+            else ["--workload", "gpt2-ep"]
+        )
+        result = cli("run", *chosen, *backends, *quick, cwd=user_dir, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = store.load_runs(user_dir / "res")
+    assert sorted(runs["backend"]) == ["cpu-compile", "xla"] and set(runs["status"]) == {"ok"}, runs["error"].tolist()
+
+
 # --- the Python API -----------------------------------------------------------------------------
 
 
