@@ -105,23 +105,36 @@ def cli_here(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 # --- the factory route, end to end --------------------------------------------------------------
 
 
+def xla_interpreter() -> str | None:
+    """torch_xla's interpreter (TPUBENCH_XLA_PYTHON, as the ``xla_python`` fixture reads it), or None."""
+    python = os.environ.get("TPUBENCH_XLA_PYTHON")
+    return python if python and os.access(python, os.X_OK) else None
+
+
 @pytest.mark.slow
-def test_a_factory_in_a_file_outside_the_repository_runs_on_cpu_and_cpu_compile(user_dir: Path) -> None:
+def test_a_factory_in_a_file_outside_the_repository_runs_on_cpu_cpu_compile_and_xla(user_dir: Path) -> None:
+    """One invocation: cpu, cpu-compile and, where torch_xla's interpreter is installed (.ci/run
+    builds it), xla on the PJRT CPU device, whose worker imports the user's file again there."""
+    xla = xla_interpreter()
+    backends = ["--backend", "cpu", "--backend", "cpu-compile"]
+    if xla:
+        backends += ["--backend", "xla", "--python", f"xla={xla}"]
     result = cli(
         "run",
         *("--model", "my_model.py:make_model", "--inputs", "my_model.py:make_inputs", "--model-config", "hidden=8"),
-        *("--backend", "cpu", "--backend", "cpu-compile", "--mode", "train", *QUICK, "--results", "res"),
+        *(*backends, "--mode", "train", *QUICK, "--results", "res"),
         cwd=user_dir,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     runs = store.load_runs(user_dir / "res").set_index("backend")
-    assert list(runs["status"]) == ["ok", "ok"], runs["error"].tolist()
+    assert set(runs["status"]) == {"ok"} and len(runs) == (3 if xla else 2), runs["error"].tolist()
     reference = f"{user_dir / 'my_model.py'}:make_model"  # made absolute: workers start elsewhere
     assert set(runs["workload"]) == {reference} and set(runs["size"]) == {"default"}
     ref = json.loads(runs.loc["cpu", "model_ref"])
     assert ref["target"] == reference and ref["inputs"] == f"{user_dir / 'my_model.py'}:make_inputs"
     assert ref["overrides"] == [["hidden", "8"]]
-    assert runs["model_hash"].nunique() == 1 and runs["model_hash"].notna().all()  # one model, both backends
+    # one model on every backend, in every interpreter
+    assert runs["model_hash"].nunique() == 1 and runs["model_hash"].notna().all()
     assert set(runs["param_count"]) == set(runs["trainable_param_count"]) == {PARAMS}
     assert set(runs["flops_source"]) == {"counted"} and runs["flops_incomplete"].isna().all()
     # counted, not 3 x forward: the forward's two matmuls, both weight gradients, and the
@@ -129,6 +142,8 @@ def test_a_factory_in_a_file_outside_the_repository_runs_on_cpu_and_cpu_compile(
     per_sample = 2 * (16 * 8 + 8 * 4) + 2 * (16 * 8 + 8 * 4) + 2 * (8 * 4)
     assert set(runs["flops_per_step"]) == {per_sample * runs["batch_size"].iloc[0]}
     assert set(runs["loss_source"]) == {"synthesised: mean of outputs"}
+    if xla:
+        assert runs.loc["xla", "device"] == "CPU (PJRT)" and runs.loc["xla", "python_executable"] == xla
 
 
 def test_frozen_parameters_count_in_param_count_but_not_in_trainable(
@@ -161,23 +176,6 @@ def test_resume_skips_the_same_model_and_reruns_a_changed_one(user_dir: Path, re
     changed = SuiteRunner(results_dir, resume=True)
     [row] = changed.run(planned())
     assert changed.resumed == [] and row["status"] == "ok" and row["model_hash"] != first["model_hash"]
-
-
-def test_the_factory_runs_on_xla_with_the_same_model_hash_as_on_cpu(user_dir: Path, xla_python: str) -> None:
-    """The xla worker runs in torch_xla's own interpreter, which imports the user's file again."""
-    result = cli(
-        *("run", "--model", "my_model.py:make_model", "--inputs", "my_model.py:make_inputs"),
-        *("--python", f"xla={xla_python}", "--backend", "cpu", "--backend", "xla", "--mode", "train"),
-        *(*QUICK, "--results", "res"),
-        cwd=user_dir,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    runs = store.load_runs(user_dir / "res").set_index("backend")
-    assert list(runs["status"]) == ["ok", "ok"], runs["error"].tolist()
-    assert runs.loc["xla", "device"] == "CPU (PJRT)" and runs.loc["xla", "python_executable"] == xla_python
-    assert runs.loc["xla", "model_hash"] == runs.loc["cpu", "model_hash"]
-    assert runs.loc["xla", "flops_per_step"] == runs.loc["cpu", "flops_per_step"]
-    assert runs.loc["xla", "param_count"] == PARAMS
 
 
 def test_an_interpreter_that_cannot_import_the_model_gives_unavailable_rows_naming_it(
