@@ -12,6 +12,9 @@ object with what it saw; the test asserts on it and on the store under OUT.
   run is a ``crashed`` row, the queued one an ``unavailable`` row, finished ones stay.
 - ``ctrl-c``: SIGINT to the driver while a run hangs: queued runs are cancelled, the
   finished run is kept, and the hanging worker dies.
+- ``own-model``: a cluster started without the user's modules on its path or in
+  ``TPUBENCH_WORKLOAD_MODULES``; the driver, in the user's folder, runs ``--workload-module``
+  and ``--model MODULE:FACTORY``, which the actors must take from the driver.
 
 Every wait is for an event (a pid file, a row in the store, a process exit), with a deadline.
 """
@@ -213,7 +216,54 @@ def suite(out: Path) -> dict:
     }
 
 
-SCENARIOS = {"suite": suite, "events": events, "node-death": node_death, "ctrl-c": ctrl_c}
+OWN_MODEL = """
+import dataclasses
+
+import torch
+from torch import nn
+
+from workloads import gpt2
+
+WORKLOAD = dataclasses.replace(gpt2.WORKLOAD, name="gpt2-mine")
+
+
+def make_model():
+    return nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+
+
+def make_inputs(batch_size, generator, **dims):
+    return (torch.randn(batch_size, 16, generator=generator),)
+"""
+
+
+def own_model(out: Path) -> dict:
+    """Plugin modules and a user's module reach the actors from the driver, not from the nodes."""
+    user = out.parent / "user"
+    user.mkdir(parents=True, exist_ok=True)
+    (user / "mine.py").write_text(OWN_MODEL)
+    os.environ.pop("TPUBENCH_WORKLOAD_MODULES", None)  # the cluster's nodes know neither
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    quick = ["--backend", "cpu", "--mode", "infer", "--steps", "2", "--warmup", "1", "--results", str(out)]
+    outputs = []
+    try:
+        for chosen in (["--workload-module", "mine", "--workload", "gpt2-mine"], ["--model", "mine:make_model"]):
+            extra = ["--inputs", "mine:make_inputs"] if "--model" in chosen else []
+            argv = [sys.executable, "-m", "tpubench", "run", *chosen, *extra, *quick, "--on", "ray"]
+            driver = subprocess.Popen(
+                [*argv, "--ray-address", cluster.address],
+                cwd=user,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                preexec_fn=default_sigint,
+            )
+            outputs.append(finish(driver)[-3000:])
+    finally:
+        cluster.shutdown()
+    return {"outputs": outputs}
+
+
+SCENARIOS = {"suite": suite, "events": events, "node-death": node_death, "ctrl-c": ctrl_c, "own-model": own_model}
 
 if __name__ == "__main__":
     scenario, out = sys.argv[1], Path(sys.argv[2])

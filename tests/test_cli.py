@@ -296,6 +296,8 @@ def test_env_says_what_the_device_count_counts() -> None:
         (["tpubench", "run", "--on", "ray"], False),
         (["tpubench", "run", "--on=ray", "--workload", "gpt2"], False),
         (["tpubench", "ci", "--threads", "1", "--out", "o"], False),
+        (["tpubench", "run", "--model", "my_model.py:make_model"], False),
+        (["tpubench", "run", "--workload-module=my_workloads", "--workload", "mine"], False),
         (["tpubench", "run", "--on", "local"], True),
         (["tpubench", "run", "--workload", "ray"], True),
     ],

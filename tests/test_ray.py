@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers import ROOT, command
 
@@ -144,3 +145,13 @@ def test_ctrl_c_cancels_the_queue_and_keeps_what_finished(tmp_path: Path) -> Non
     assert seen["returncode"] == 130, seen["output"]
     assert "interrupted: finished runs were saved" in seen["output"]
     assert set(rows_by_run(tmp_path / "out")) == {("fault-ok", 1), ("fault-ok", 2)}
+
+
+@pytest.mark.nightly
+def test_plugin_modules_and_a_users_module_reach_the_actors_from_the_driver(tmp_path: Path) -> None:
+    seen = scenario("own-model", tmp_path / "out")
+    runs = store.load_runs(tmp_path / "out").set_index("workload")
+    assert set(runs.index) == {"gpt2-mine", "mine:make_model"}, seen["outputs"]
+    assert set(runs["status"]) == {"ok"}, runs["error"].tolist()
+    assert runs["ray_node_id"].notna().all()
+    assert runs.loc["mine:make_model", "model_hash"] and pd.isna(runs.loc["gpt2-mine", "model_hash"])

@@ -37,11 +37,12 @@ def main() -> None:
 def _workers_start_here(argv: list[str]) -> bool:
     """Whether this process's workers will fork from a fork server started with its environment
     as it is now. Not with ``--on ray``, whose actors start their own on their nodes, nor with
-    ``ci --threads``, which changes the workers' environment first: a fork server started here
-    would only take a core from the start-up."""
+    ``ci --threads``, ``--model`` or ``--workload-module``, which change the workers'
+    environment first (the thread count; the import path and the plugin modules): a fork
+    server started here would only take a core from the start-up."""
     on_ray = "--on=ray" in argv or any(a == "--on" and b == "ray" for a, b in itertools.pairwise(argv))
-    threads = any(a == "--threads" or a.startswith("--threads=") for a in argv)
-    return not (on_ray or threads)
+    changes_env = ("--threads", "--model", "--workload-module")
+    return not (on_ray or any(a in changes_env or a.startswith(tuple(f"{o}=" for o in changes_env)) for a in argv))
 
 
 def _exit(code: int | str | None) -> None:

@@ -319,6 +319,9 @@ def row_for(
         "batch_size": spec.batch_size,
         **{name: getattr(spec, name) for name in DIMENSIONS},
         "gen_len": spec.gen_len,
+        # a user's model, as planned: a run that failed before saying what it measured keeps them
+        "model_ref": spec.model_ref,
+        "model_hash": spec.model_hash,
         "warmup_min_steps": spec.warmup,
         **{key: fact[key] for key in FACT_COLUMNS},
         "backend_versions": json.dumps(fact["backend_versions"], sort_keys=True),

@@ -10,7 +10,7 @@ DTYPES = ("float32", "bfloat16")
 #: the letter a shape label gives each: b8xs128 (tokens), b8xi224 (pixels), b8xl32 (latent)
 DIMENSIONS = {"seq_len": "s", "image_size": "i", "latent_size": "l"}
 #: the fields that identify a run for ``--resume``: also columns of the runs table
-KEY_FIELDS = ("workload", "size", "backend", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len")
+KEY_FIELDS = ("workload", "size", "backend", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len", "model_hash")
 
 
 def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | None = 0, *, prefix: str = "b") -> str:
@@ -54,6 +54,12 @@ class RunSpec:
     tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)
     verify: bool = False  # also compare outputs with a CPU float32 reference (tpubench.verify)
     init_dtype: str | None = None  # the dtype weights are drawn in, if not ``dtype`` (--verify's reference)
+    #: a user's model (``--model``, ``tpubench.bench``): its ``ModelRef`` as JSON, resolved
+    #: again in the worker; None for a registered workload, found by name
+    model_ref: str | None = None
+    #: its hash (config or factory source) as the main process found it when planning, so that
+    #: ``--resume`` and ``ci``'s sizing never take a changed model for its old self
+    model_hash: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

@@ -34,10 +34,11 @@ from tpubench import TpubenchWarning, peaks, verify
 from tpubench.backends import BACKENDS, Backend, get_backend
 from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
+from tpubench.models import WorkloadUnavailable, workload_for
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
-from workloads import GENERATION_MODES, Shape, Workload, build, get_workload
+from workloads import GENERATION_MODES, Shape, Workload, build
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
 BACKEND_COLUMNS = (
@@ -99,9 +100,17 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     availability = backend.availability()
     if not availability.available:
         return {"status": "unavailable", "error": availability.reason}
-    workload = get_workload(spec.workload)
+    try:
+        workload = workload_for(spec)
+    except WorkloadUnavailable as error:  # e.g. the user's module is not installed in this interpreter
+        return {"status": "unavailable", "error": str(error)}
     config = workload.config(spec.size)
-    row = {"device": availability.device_name, **admit(spec, backend, availability.device_name, workload, config)}
+    identity = identity_columns(workload, config, spec)
+    row = {
+        "device": availability.device_name,
+        **identity,
+        **admit(spec, backend, availability.device_name, workload, config),
+    }
     if row.get("status") == "skipped":
         return row
 
@@ -127,7 +136,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         row |= backend_columns(extra, backend.peak_memory_bytes())
         precision = extra.get("float32_matmul_precision", "highest")
         device = (availability.device_name, backend.device_kind)  # peaks match within the device kind
-        row |= throughput_columns(spec, workload, config, device, row["median_step_ms"], precision)
+        row |= throughput_columns(spec, workload, config, device, row["median_step_ms"], precision, identity)
         row |= serving_columns(workload, config, spec, device, timings[-spec.steps :])
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
@@ -167,10 +176,30 @@ def shape_of(spec: RunSpec) -> Shape:
 
 
 def parameter_columns(workload: Workload, config: Any, model: torch.nn.Module) -> dict[str, Any]:
-    """The model's unique parameter elements (a tied or shared tensor once), and for a
-    mixture of experts those each token uses (``Workload.active_params``)."""
+    """The model's unique parameter elements (a tied or shared tensor once), those that
+    train (a frozen embedding does not), and for a mixture of experts those each token uses
+    (``Workload.active_params``)."""
     active = workload.active_params(config) if workload.active_params else None
-    return {"param_count": sum(p.numel() for p in model.parameters()), "active_param_count": active}
+    return {
+        "param_count": sum(p.numel() for p in model.parameters()),
+        "trainable_param_count": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "active_param_count": active,
+    }
+
+
+#: the identity of a user's model in its rows (``Workload.row_columns``); null for registered
+#: workloads, whose name and size are their identity
+IDENTITY_COLUMNS = ("model_ref", "model_hash", "flops_source", "flops_incomplete", "loss_source")
+
+
+def identity_columns(workload: Workload, config: Any, spec: RunSpec) -> dict[str, Any]:
+    """What the workload says about the model it measured: its reference and hash, how its
+    FLOPs were counted (and which ops were not), where its loss comes from, so that
+    ``compare`` pairs a model only with itself and an incomplete count gives no MFU."""
+    columns = dict.fromkeys(IDENTITY_COLUMNS) | FLOPS_SOURCE
+    if workload.row_columns is not None:
+        columns |= workload.row_columns(config, shape_of(spec), spec.mode)
+    return columns
 
 
 def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload, config: Any) -> dict[str, Any]:
@@ -223,26 +252,38 @@ def backend_columns(extra: dict[str, Any], peak_mem_bytes: int | None) -> dict[s
 
 
 def throughput_columns(
-    spec: RunSpec, workload: Workload, config: Any, device: tuple[str, str], median_step_ms: float, precision: str
+    spec: RunSpec,
+    workload: Workload,
+    config: Any,
+    device: tuple[str, str],
+    median_step_ms: float,
+    precision: str,
+    identity: dict[str, Any],
 ) -> dict[str, Any]:
     """Samples and tokens per second at the median step time, the step's FLOPs, and MFU.
 
     ``device`` is the device's name and kind, which select its peak in :mod:`tpubench.peaks`.
     ``precision`` is torch's float32 matmul precision: anything but "highest" lets float32
     matmuls use TF32, so MFU is taken against the TF32 peak. Tokens per second only for
-    workloads with a sequence. How the FLOPs were counted goes with them (see
-    :data:`FLOPS_SOURCE`).
+    workloads with a sequence. How the FLOPs were counted goes with them (``identity``:
+    :data:`FLOPS_SOURCE`, or the workload's own word); a count that missed ops
+    (``flops_incomplete``) gives no MFU rather than a wrong one.
     """
     step_s = median_step_ms / 1e3
     flops = step_flops(workload, config, spec)
+    mfu = peaks.mfu(flops, step_s, *device, spec.dtype, precision)
+    if identity["flops_incomplete"]:
+        warnings.warn(
+            f"MFU left null: the FLOP count missed ops {identity['flops_incomplete']}", TpubenchWarning, stacklevel=2
+        )
+        mfu = None
     tokens = spec.batch_size * spec.seq_len if spec.seq_len is not None else None  # none without a sequence
     return {
         "samples_per_s": spec.batch_size / step_s,
         # decode: output tokens per second, as serving tools mean it (set by serving_columns)
         **({} if spec.mode == "decode" else {"tokens_per_s": tokens / step_s if tokens is not None else None}),
         "flops_per_step": flops,
-        **FLOPS_SOURCE,
-        "mfu": peaks.mfu(flops, step_s, *device, spec.dtype, precision),
+        "mfu": mfu,
     }
 
 
@@ -312,7 +353,7 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
     try:
         backend = get_backend(spec.backend)
         backend.setup(spec)
-        workload = get_workload(spec.workload)
+        workload = workload_for(spec)
         instance = build(
             workload,
             spec.size,

@@ -112,6 +112,9 @@ class Workload:
     #: why a size cannot take a shape (None: it can), asked when runs are planned, so a
     #: shape a model cannot take is bad input before anything runs, not a failed row
     shape_error: Callable[[Any, Shape], str | None] = field(default=lambda config, shape: None)
+    #: extra row columns (config, shape, mode) -> {column: value}: a user's model says what it is
+    #: (``model_ref``, ``model_hash``) and how its FLOPs and loss were obtained (workloads.custom)
+    row_columns: Callable[[Any, Shape, str], dict[str, Any]] | None = None
 
     @property
     def suite(self) -> str:

@@ -36,8 +36,20 @@ from scipy import stats
 
 from tpubench.spec import DIMENSIONS
 
-#: what makes a series: one configuration measured over time
-SERIES_KEYS = ("workload", "size", "mode", "dtype", "backend", "device", "batch_size", *DIMENSIONS, "gen_len")
+#: what makes a series: one configuration measured over time (a user's model changed under
+#: one reference, a new ``model_hash``, starts a new series)
+SERIES_KEYS = (
+    "workload",
+    "size",
+    "mode",
+    "dtype",
+    "backend",
+    "device",
+    "batch_size",
+    *DIMENSIONS,
+    "gen_len",
+    "model_hash",
+)
 #: metrics where a larger value is worse
 LOWER_IS_BETTER = ("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes")
 

@@ -44,8 +44,10 @@ from scipy import stats
 from tpubench.hostload import BUSY_SHARE, is_busy
 from tpubench.spec import DIMENSIONS
 
-#: what two runs must share to be compared
-PAIR_KEYS = ("workload", "size", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len")
+#: what two runs must share to be compared; ``model_hash`` (a user's model's config or
+#: source) keeps a changed model from pairing with its old self; registered workloads'
+#: rows have it null, and pair as before
+PAIR_KEYS = ("workload", "size", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len", "model_hash")
 #: also shared, unless the two selections have none in common (GPU against TPU)
 SIDE_KEYS = ("backend", "device")
 #: statuses that measured nothing: left out of comparisons

@@ -36,7 +36,20 @@ from tpubench import store
 from tpubench.analysis import compare
 from tpubench.cli.common import BadInput, app, console, key_values, writable_dir, writable_results
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
-from tpubench.cli.planning import choose_runs, plan_runs, pythons, shape_options
+from tpubench.cli.planning import (
+    InputsOption,
+    LossOption,
+    ModelConfigOption,
+    ModelOption,
+    TaskOption,
+    WorkloadModuleOption,
+    choose_runs,
+    custom_model,
+    plan_runs,
+    pythons,
+    shape_options,
+    use_workload_modules,
+)
 from tpubench.cli.run import local_backends, suite_progress
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
@@ -198,14 +211,31 @@ def ci_command(
         bool,
         typer.Option(help=f"Exit {INCONCLUSIVE_EXIT} when nothing regressed but something could not be decided."),
     ] = False,
+    image_size: Annotated[str | None, typer.Option(help="Image size(s) in pixels per side (vision).")] = None,
+    latent_size: Annotated[str | None, typer.Option(help="Latent size(s) per side (diffusion).")] = None,
+    model: ModelOption = None,
+    inputs: InputsOption = None,
+    loss: LossOption = None,
+    model_config: ModelConfigOption = None,
+    task: TaskOption = None,
+    workload_module: WorkloadModuleOption = None,
 ) -> None:
     """The nightly job: run the suite, compare with the baseline, write the summary and report; exit 1 on regression.
 
     Exit codes: 0 no regression (or inconclusive, said loudly), 1 regressed (or slow creep with
     --history), 2 bad input, 3 inconclusive with --fail-on-inconclusive, 130 interrupted.
     """
-    choice = choose_runs(suite, workload, backend, mode, size, dtype)
-    shape = shape_options(choice, batch_size, seq_len, prompt_len, gen_len)
+    use_workload_modules(workload_module, model)
+    choice = choose_runs(
+        suite,
+        workload,
+        backend,
+        mode,
+        size,
+        dtype,
+        custom_model(model, inputs, loss, model_config, task, suite, workload),
+    )
+    shape = shape_options(choice, batch_size, seq_len, prompt_len, gen_len, image_size, latent_size)
     settings = settings_from(threshold, statistic)
     fixed_rounds = parse_rounds(rounds, settings.min_runs)
     if fixed_rounds is None and max_rounds < settings.min_runs:

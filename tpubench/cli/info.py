@@ -12,7 +12,18 @@ from rich.table import Table
 from tpubench import __version__
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, app, choose, console
-from tpubench.cli.planning import pythons, select_workloads
+from tpubench.cli.planning import (
+    InputsOption,
+    LossOption,
+    ModelConfigOption,
+    ModelOption,
+    TaskOption,
+    WorkloadModuleOption,
+    custom_model,
+    pythons,
+    select_workloads,
+    use_workload_modules,
+)
 from tpubench.fingerprint import git_sha, host_facts
 from tpubench.launchers import ray as ray_launcher
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
@@ -27,12 +38,29 @@ if TYPE_CHECKING:
 def list_workloads(
     suite: Annotated[str | None, typer.Option(help="Only this suite's workloads.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    workload_module: WorkloadModuleOption = None,
+    model: ModelOption = None,
+    inputs: InputsOption = None,
+    loss: LossOption = None,
+    model_config: ModelConfigOption = None,
+    task: TaskOption = None,
 ) -> None:
-    """List the workloads with their suites, family, sizes, modes and default shapes, and
-    each size's parameter count (counted on the meta device) beside the published one."""
+    """List the workloads with where each comes from (built-in, a plugin module, an installed
+    package's entry point, --model), their suites, family, sizes, modes and default shapes,
+    and each size's parameter count (counted on the meta device) beside the published one."""
+    from workloads import sources
+
+    use_workload_modules(workload_module, model)
+    custom = custom_model(model, inputs, loss, model_config, task, suite)
+    chosen = select_workloads(suite, None)
+    origin = sources()  # select_workloads has checked the registry
+    if custom is not None:
+        chosen.append(custom.workload)
+        origin[custom.workload.name] = "--model"
     entries = [
         {
             "name": w.name,
+            "source": origin[w.name],
             "suite": w.suite,
             "suites": list(w.suites),
             "family": w.family,
@@ -44,19 +72,29 @@ def list_workloads(
             "default_shape": {kind: {"batch_size": s.batch_size, **s.dims()} for kind, s in w.default_shape.items()},
             "size_details": [size_entry(w, size) for size in w.sizes],
         }
-        for w in select_workloads(suite, None)
+        for w in chosen
     ]
     if as_json:
         print(json.dumps(entries, indent=2))
         return
     table = Table(title="tpubench workloads")
-    for header in ("workload", "suites", "family", "sizes (default*)", "modes", "default shape (cpu / cuda / tpu)"):
+    headers = (
+        "workload",
+        "source",
+        "suites",
+        "family",
+        "sizes (default*)",
+        "modes",
+        "default shape (cpu / cuda / tpu)",
+    )
+    for header in headers:
         table.add_column(header)
     for entry in entries:
         sizes = ", ".join(f"{s}*" if s == entry["default_size"] else s for s in entry["sizes"])
         shapes = " / ".join(shape_label(s.pop("batch_size"), s, prefix="") for s in entry["default_shape"].values())
         suites = ", ".join(entry["suites"])
-        table.add_row(entry["name"], suites, entry["family"], sizes, ", ".join(entry["modes"]), shapes)
+        modes = ", ".join(entry["modes"])
+        table.add_row(entry["name"], entry["source"], suites, entry["family"], sizes, modes, shapes)
     console.print(table)
     console.print(sizes_table(entries))
 

@@ -7,13 +7,20 @@ which imports torch (1.8 s here): the commands that only read a store (``compare
 this module, so they start without torch. Here too the registry is imported only when a
 workload is chosen, so that ``run --on ray`` can start the cluster's actors first (the
 backend registry imports no torch).
+
+A user's own model (``--model``, with ``--inputs``, ``--loss``, ``--model-config``,
+``--task``) is resolved to a workload here, and dry-run at each planned shape and mode,
+so that every bad reference or config is one ``error:`` line before any run.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
 
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, choose, int_list, key_values
@@ -22,6 +29,97 @@ from tpubench.spec import DTYPES, RunSpec
 
 if TYPE_CHECKING:
     from workloads import Workload
+
+# the options of a user's model and of plugin modules, shared by ``run``, ``ci`` and ``list``
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Your model: MODULE:FACTORY, path/to/file.py:FACTORY, or hf:MODEL_TYPE, hf:path/to/dir, hf:HUB_ID "
+        "(a local config; never downloads).",
+    ),
+]
+InputsOption = Annotated[
+    str | None, typer.Option(help="MODULE:FUNCTION making a batch: (batch_size, generator, **dims) -> dict or tuple.")
+]
+LossOption = Annotated[
+    str | None, typer.Option(help="MODULE:FUNCTION (model, batch) -> scalar loss (default: output .loss, else mean).")
+]
+ModelConfigOption = Annotated[
+    str | None, typer.Option(help="KEY=VALUE,... passed to the factory or set on the hf config.")
+]
+TaskOption = Annotated[
+    str | None,
+    typer.Option(help="hf: causal-lm, masked-lm, seq2seq-lm, image-classification, feature-extraction."),
+]
+WorkloadModuleOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Import path of a module exposing WORKLOAD or WORKLOADS; repeatable (= TPUBENCH_WORKLOAD_MODULES)."
+    ),
+]
+
+
+def use_workload_modules(modules: list[str] | None, model: str | None = None) -> None:
+    """``--workload-module``: add the modules to ``TPUBENCH_WORKLOAD_MODULES``, which every
+    worker inherits. These modules, and ``--model``'s, are found from the working directory
+    as ``python -m`` finds a module, in every worker too (Ray's actors included: call this
+    before they start)."""
+    from tpubench.models import importable_from
+    from workloads import PLUGIN_ENV, plugin_modules
+
+    if modules or model:
+        importable_from(os.getcwd())
+    if modules:
+        os.environ[PLUGIN_ENV] = ",".join(dict.fromkeys([*plugin_modules(), *(m.strip() for m in modules)]))
+
+
+@dataclass(frozen=True)
+class CustomModel:
+    """A user's model, resolved: its workload and the reference every worker resolves again."""
+
+    workload: Workload
+    ref_json: str
+
+
+def custom_model(
+    model: str | None,
+    inputs: str | None,
+    loss: str | None,
+    model_config: str | None,
+    task: str | None,
+    suite: str | None = None,
+    workloads: list[str] | None = None,
+) -> CustomModel | None:
+    """``--model`` and its companions as a resolved workload (None without ``--model``), which
+    runs on its own: with ``--suite`` or ``--workload`` too it is an error."""
+    from tpubench.models import model_ref, resolve
+    from workloads.custom.ref import ModelRefError
+
+    if model is None:
+        given = [
+            name
+            for name, value in (
+                ("--inputs", inputs),
+                ("--loss", loss),
+                ("--model-config", model_config),
+                ("--task", task),
+            )
+            if value is not None
+        ]
+        if given:
+            raise BadInput(f"{', '.join(given)} describe(s) a model of yours: add --model")
+        return None
+    if suite or workloads:
+        raise BadInput(
+            "--model measures your model on its own; it does not combine with --workload or --suite "
+            "(run those in a separate invocation)"
+        )
+    try:
+        ref = model_ref(model, inputs=inputs, loss=loss, config=model_config, task=task)
+        return CustomModel(resolve(ref), ref.to_json())
+    except ModelRefError as error:
+        raise BadInput(str(error)) from error
 
 
 def pythons(pairs: list[str] | None) -> dict[str, str]:
@@ -37,9 +135,12 @@ def pythons(pairs: list[str] | None) -> dict[str, str]:
 
 
 def select_workloads(suite: str | None, names: list[str] | None) -> list[Workload]:
-    from workloads import registry, suites
+    from workloads import RegistryError, registry, suites
 
-    known, grouped = registry(), suites()
+    try:
+        known, grouped = registry(), suites()
+    except RegistryError as error:
+        raise BadInput(str(error)) from error
     if suite is not None and suite not in grouped:
         raise BadInput(f"unknown suite {suite!r}; valid: {', '.join(grouped)}")
     pool = grouped[suite] if suite else list(known)
@@ -56,6 +157,7 @@ class Choice:
     modes: list[str]
     sizes: list[str]
     suite: str | None = None  # without --size, a suite of sizes (mlperf) picks each workload's own
+    model_ref: str | None = None  # --model: the reference (JSON) every run's worker resolves
 
 
 def choose_runs(
@@ -65,40 +167,56 @@ def choose_runs(
     modes: list[str] | None,
     sizes: list[str] | None,
     dtype: str,
+    custom: CustomModel | None = None,
 ) -> Choice:
-    """The options ``run`` and ``ci`` share, checked; ``sizes`` items may be comma lists (a sweep)."""
+    """The options ``run`` and ``ci`` share, checked; ``sizes`` items may be comma lists (a sweep).
+    ``custom`` (``--model``, see :func:`custom_model`) is the one workload."""
     from workloads import GENERATION_MODES, MODES
 
-    chosen = select_workloads(suite, workloads)
+    chosen = [custom.workload] if custom else select_workloads(suite, workloads)
     chosen_backends = choose("backend", backends, list(BACKENDS))
     chosen_modes = choose("mode", modes, list(MODES + GENERATION_MODES))
     choose("dtype", [dtype], list(DTYPES))
     all_sizes = list(dict.fromkeys(size for workload in chosen for size in workload.sizes))
     chosen_sizes = choose("size", [s.strip() for item in sizes or [] for s in item.split(",")], all_sizes)
-    return Choice(workloads=chosen, backends=chosen_backends, modes=chosen_modes, sizes=chosen_sizes, suite=suite)
+    return Choice(
+        workloads=chosen,
+        backends=chosen_backends,
+        modes=chosen_modes,
+        sizes=chosen_sizes,
+        suite=suite,
+        model_ref=custom.ref_json if custom else None,
+    )
 
 
 def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     """:func:`tpubench.runner.plan` over ``choice``; a shape it refuses is bad input.
 
     Without ``--size``, ``--suite`` runs each workload at the sizes the suite tags
-    (``--suite mlperf``: those matching an MLPerf reference), or its default size.
+    (``--suite mlperf``: those matching an MLPerf reference), or its default size. A user's
+    model is dry-run at each planned shape and mode, here in the main process.
     """
+    from tpubench.models import prepared
     from workloads import suite_sizes
 
     sizes: list[str] | dict[str, list[str] | None] = choice.sizes
     if choice.suite and not sizes:
         sizes = {w.name: suite_sizes(choice.suite, w) for w in choice.workloads}
+    if choice.model_ref:
+        options["model_ref"] = choice.model_ref
     try:
-        return plan(
+        specs = plan(
             choice.workloads,
             sizes=sizes,
             backends=choice.backends or list(BACKENDS),
             modes=choice.modes,
             **options,
         )
-    except ValueError as error:
+        if choice.model_ref:
+            specs = prepared(choice.workloads[0], specs)
+    except ValueError as error:  # ModelRefError among them
         raise BadInput(str(error)) from error
+    return specs
 
 
 def shape_options(

@@ -26,7 +26,20 @@ from tpubench.cli.common import (
     writable_dir,
     writable_results,
 )
-from tpubench.cli.planning import choose_runs, plan_runs, pythons, shape_options
+from tpubench.cli.planning import (
+    InputsOption,
+    LossOption,
+    ModelConfigOption,
+    ModelOption,
+    TaskOption,
+    WorkloadModuleOption,
+    choose_runs,
+    custom_model,
+    plan_runs,
+    pythons,
+    shape_options,
+    use_workload_modules,
+)
 from tpubench.launchers import ray as ray_launcher
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
@@ -116,14 +129,23 @@ def run(
     ray_address: Annotated[
         str | None, typer.Option(help="Ray cluster to join with --on ray (default: RAY_ADDRESS, else auto).")
     ] = None,
+    model: ModelOption = None,
+    inputs: InputsOption = None,
+    loss: LossOption = None,
+    model_config: ModelConfigOption = None,
+    task: TaskOption = None,
+    workload_module: WorkloadModuleOption = None,
 ) -> None:
-    """Run workloads on backends, each run in its own worker, and store the results as parquet."""
+    """Run workloads (or your own model: --model) on backends, each run in its own worker, and
+    store the results as parquet."""
     if not results.strip():
         raise BadInput("--results needs a directory")
     results_dir = writable_results(results)
     interpreters = pythons(python)
+    use_workload_modules(workload_module, model)  # before Ray's actors copy this environment
     fleet = join_fleet(on, resume, backend, interpreters, ray_address, str(results_dir))
-    choice = choose_runs(suite, workload, backend, mode, size, dtype)
+    custom = custom_model(model, inputs, loss, model_config, task, suite, workload)
+    choice = choose_runs(suite, workload, backend, mode, size, dtype, custom)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
     if compile_cache is not None:

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpubench.backends import get_backend
-from tpubench.launchers.ray_actor import DeviceWorker
+from tpubench.launchers.ray_actor import DeviceWorker, forwarded_environment
 from tpubench.runner import SuiteRunner, facts_for, python_for, row_for
 from tpubench.spec import RunSpec
 
@@ -306,7 +306,7 @@ class FleetRun:
         prestart = (python_for(self.pythons, first), backend.worker_env) if backend.forkable else None
         for strategy in placements(pool.kind, self.nodes, wanted):
             options = {**kind_requirements(pool.kind), "scheduling_strategy": strategy}
-            actor = self.worker.options(**options).remote(self.results, self.pythons, prestart)
+            actor = self.worker.options(**options).remote(self.results, self.pythons, prestart, forwarded_environment())
             pool.starting[actor.node_id.remote()] = actor
 
     def servable(self, pool: Pool) -> bool:

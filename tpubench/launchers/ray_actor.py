@@ -50,6 +50,26 @@ def launch_environment() -> dict[str, str] | None:
     return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
+#: the driver's settings an actor takes on, however its node was started: the plugin modules
+#: (``workloads.PLUGIN_ENV``, which ``--workload-module`` sets) and the import path where
+#: ``--model``'s module is found (the driver's working directory, put there by the CLI)
+FORWARDED_ENV = ("TPUBENCH_WORKLOAD_MODULES", "PYTHONPATH")
+
+
+def forwarded_environment() -> dict[str, str]:
+    """The driver's values of :data:`FORWARDED_ENV`, for its actors."""
+    return {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
+
+
+def take_environment(forwarded: dict[str, str]) -> None:
+    """Take on the driver's plugin modules, and put its import path ahead of this node's own."""
+    for name, value in forwarded.items():
+        if name == "PYTHONPATH":
+            entries = [*value.split(os.pathsep), *os.environ.get(name, "").split(os.pathsep)]
+            value = os.pathsep.join(dict.fromkeys(filter(None, entries)))
+        os.environ[name] = value
+
+
 def lift_ray_thread_cap() -> None:
     """Undo the ``OMP_NUM_THREADS`` Ray sets for an actor whose node's environment sets none.
 
@@ -81,10 +101,18 @@ class DeviceWorker:
     for its process, and no two actors share a chip.
     """
 
-    def __init__(self, results: str, pythons: dict[str, str], prestart: tuple[str, dict[str, str]] | None):
+    def __init__(
+        self,
+        results: str,
+        pythons: dict[str, str],
+        prestart: tuple[str, dict[str, str]] | None,
+        forwarded: dict[str, str] | None = None,
+    ):
         """``prestart``: the interpreter and worker environment of the first run this actor will
-        get, whose fork server boots at once, while the driver still plans."""
+        get, whose fork server boots at once, while the driver still plans. ``forwarded``: the
+        driver's :data:`FORWARDED_ENV`, which this actor's workers inherit."""
         lift_ray_thread_cap()  # before the fork server copies this environment
+        take_environment(forwarded or {})
         if prestart:
             zygote_for(prestart[0], worker_env(prestart[1]))
         self.results, self.pythons = results, pythons
