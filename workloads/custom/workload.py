@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -152,6 +152,9 @@ def dtype_of(module: nn.Module) -> torch.dtype:
 def measure(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype = torch.float32) -> Measured:
     """Count one ``mode`` step at ``shape`` (cached): on meta, else on the CPU at batch 1 and 2.
 
+    Some ops run on meta only in bfloat16 (``torch._grouped_mm``, HF's default MoE experts):
+    a float32 step that fails on meta is counted in bfloat16 there, its FLOPs being the same
+    and its bytes scaled to float32's, rather than building a model of any size on the CPU.
     On the CPU, attention is forced onto SDPA's math path, whose matmuls the counter sees;
     FLOPs scale with the batch exactly, and the peak bytes are extrapolated along the line
     through batch 1 and 2 (what does not grow with the batch, like gradients, stays once).
@@ -161,16 +164,27 @@ def measure(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype = to
     if key in model.counts:
         return model.counts[key]
     try:
-        module = model.meta_model(dtype)
-        batch = batch_on(model, shape, "meta")
-        count = count_step(lambda: run_step(model, module, batch, mode))
-        measured = Measured(count.flops, "counted", count.incomplete, count.peak_bytes)
+        measured = measure_on_meta(model, shape, mode, dtype)
     except ModelRefError:
         raise
     except Exception as meta_error:
-        measured = measure_on_cpu(model, shape, mode, dtype, meta_error)
+        try:
+            half = measure_on_meta(model, shape, mode, torch.bfloat16)
+            scale = dtype.itemsize / torch.bfloat16.itemsize
+            measured = replace(half, peak_bytes=int(half.peak_bytes * scale))
+        except ModelRefError:
+            raise
+        except Exception:
+            measured = measure_on_cpu(model, shape, mode, dtype, meta_error)
     model.counts[key] = measured
     return measured
+
+
+def measure_on_meta(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype) -> Measured:
+    module = model.meta_model(dtype)
+    batch = batch_on(model, shape, "meta")
+    count = count_step(lambda: run_step(model, module, batch, mode))
+    return Measured(count.flops, "counted", count.incomplete, count.peak_bytes)
 
 
 def measure_on_cpu(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype, meta_error: Exception) -> Measured:
