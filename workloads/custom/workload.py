@@ -108,6 +108,7 @@ def build_checked(model: CustomModel) -> nn.Module:
     if any(tensor.is_meta for tensor in built.state_dict().values()):  # no values to compare (``tpubench list``)
         return built
     first = parameter_checksum(built)
+    del built  # one model at a time: the second build must not double the peak
     torch.set_rng_state(state)
     built = model.build()
     if parameter_checksum(built) != first:
