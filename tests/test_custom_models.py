@@ -252,6 +252,8 @@ def test_hf_tiny_llama_trains_infers_and_generates_through_its_static_cache() ->
             ids = torch.cat([ids, instance.model(input_ids=ids).logits[:, -1:].argmax(-1)], dim=1)
     assert first.shape == (2, 6) and torch.equal(first, again)
     assert torch.equal(first, ids[:, 16:])
+    for mode in ("prefill", "decode"):  # a prompt and one decode step, on meta
+        dry_run(workload, Shape(2, seq_len=16), mode)
 
 
 def test_hf_tiny_llamas_counted_flops_equal_llama3_tinys_analytic_flops() -> None:

@@ -134,16 +134,14 @@ def run_step(model: CustomModel, module: nn.Module, batch: Batch, mode: str) -> 
     with torch.no_grad():
         if mode == "infer":
             model.forward(module, batch)
-        else:  # prefill/decode: the prompt into a static cache of the shape's whole length
-            device = batch["input_ids"].device
-            cache = model.generation.allocate_cache(
-                shape_batch(batch), batch["input_ids"].shape[1], device, dtype_of(module)
-            )
-            model.generation.prefill(module, batch, cache)
-
-
-def shape_batch(batch: Batch) -> int:
-    return next(iter(batch.values())).shape[0]
+        else:  # prefill: the prompt into a static cache of its length; decode: then one token more
+            prompt = batch["input_ids"]
+            steps = model.generation
+            length = prompt.shape[1] + (mode == "decode")
+            cache = steps.allocate_cache(prompt.shape[0], length, prompt.device, dtype_of(module))
+            token = steps.prefill(module, batch, cache)
+            if mode == "decode":
+                steps.decode(module, token, torch.full((1,), prompt.shape[1], device=prompt.device), cache)
 
 
 def dtype_of(module: nn.Module) -> torch.dtype:
