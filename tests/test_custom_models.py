@@ -202,7 +202,7 @@ def test_bad_factory_references_are_errors(factory_file: Path, target: str, mess
         resolve(ref)
 
 
-def test_a_model_that_does_not_run_on_meta_is_counted_on_the_cpu_and_scaled(tmp_path: Path) -> None:
+def test_a_model_that_does_not_build_on_meta_is_counted_on_the_cpu_and_scaled(tmp_path: Path) -> None:
     path = tmp_path / "data_dependent.py"
     path.write_text(
         textwrap.dedent(
@@ -214,9 +214,10 @@ def test_a_model_that_does_not_run_on_meta_is_counted_on_the_cpu_and_scaled(tmp_
                 def __init__(self):
                     super().__init__()
                     self.proj = nn.Linear(8, 8)
+                    self.offset = float(torch.zeros(1).sum())  # a host read: no meta build either
 
                 def forward(self, x):
-                    return self.proj(x) if x.sum().item() > -1e9 else x  # a host read: meta cannot
+                    return self.proj(x) + self.offset if x.sum().item() > -1e9 else x
 
             def make_model():
                 return Gate()
@@ -230,6 +231,7 @@ def test_a_model_that_does_not_run_on_meta_is_counted_on_the_cpu_and_scaled(tmp_
     config = workload.config("default")
     assert workload.flops(config, Shape(4), "infer") == 4 * 2 * 8 * 8
     assert workload.row_columns(config, Shape(4), "infer")["flops_source"] == "counted_scaled"
+    assert workload.estimate_memory_bytes(config, Shape(4), "train", torch.float32) > 4 * (8 * 8 + 8) * 4
     train_and_infer(workload)
 
 

@@ -220,8 +220,15 @@ def describe(shape: Shape) -> str:
 
 
 def weight_bytes(model: CustomModel, dtype: torch.dtype) -> int:
-    """Unique parameter and buffer bytes of the model built in ``dtype`` (a tied tensor once)."""
-    module = model.meta_model(dtype)
+    """Unique parameter and buffer bytes of the model built in ``dtype`` (a tied tensor once):
+    on meta, or, for a model that cannot be built there, on the CPU."""
+    try:
+        module = model.meta_model(dtype)
+    except ModelRefError:
+        raise
+    except Exception:
+        with default_dtype(dtype), torch.random.fork_rng(devices=[]):
+            module = model.build()
     tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
