@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -108,6 +108,7 @@ def build_checked(model: CustomModel) -> nn.Module:
     if any(tensor.is_meta for tensor in built.state_dict().values()):  # no values to compare (``tpubench list``)
         return built
     first = parameter_checksum(built)
+    del built  # one model at a time: the second build must not double the peak
     torch.set_rng_state(state)
     built = model.build()
     if parameter_checksum(built) != first:
@@ -133,16 +134,14 @@ def run_step(model: CustomModel, module: nn.Module, batch: Batch, mode: str) -> 
     with torch.no_grad():
         if mode == "infer":
             model.forward(module, batch)
-        else:  # prefill/decode: the prompt into a static cache of the shape's whole length
-            device = batch["input_ids"].device
-            cache = model.generation.allocate_cache(
-                shape_batch(batch), batch["input_ids"].shape[1], device, dtype_of(module)
-            )
-            model.generation.prefill(module, batch, cache)
-
-
-def shape_batch(batch: Batch) -> int:
-    return next(iter(batch.values())).shape[0]
+        else:  # prefill: the prompt into a static cache of its length; decode: then one token more
+            prompt = batch["input_ids"]
+            steps = model.generation
+            length = prompt.shape[1] + (mode == "decode")
+            cache = steps.allocate_cache(prompt.shape[0], length, prompt.device, dtype_of(module))
+            token = steps.prefill(module, batch, cache)
+            if mode == "decode":
+                steps.decode(module, token, torch.full((1,), prompt.shape[1], device=prompt.device), cache)
 
 
 def dtype_of(module: nn.Module) -> torch.dtype:
@@ -152,6 +151,9 @@ def dtype_of(module: nn.Module) -> torch.dtype:
 def measure(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype = torch.float32) -> Measured:
     """Count one ``mode`` step at ``shape`` (cached): on meta, else on the CPU at batch 1 and 2.
 
+    Some ops run on meta only in bfloat16 (``torch._grouped_mm``, HF's default MoE experts):
+    a float32 step that fails on meta is counted in bfloat16 there, its FLOPs being the same
+    and its bytes scaled to float32's, rather than building a model of any size on the CPU.
     On the CPU, attention is forced onto SDPA's math path, whose matmuls the counter sees;
     FLOPs scale with the batch exactly, and the peak bytes are extrapolated along the line
     through batch 1 and 2 (what does not grow with the batch, like gradients, stays once).
@@ -161,16 +163,27 @@ def measure(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype = to
     if key in model.counts:
         return model.counts[key]
     try:
-        module = model.meta_model(dtype)
-        batch = batch_on(model, shape, "meta")
-        count = count_step(lambda: run_step(model, module, batch, mode))
-        measured = Measured(count.flops, "counted", count.incomplete, count.peak_bytes)
+        measured = measure_on_meta(model, shape, mode, dtype)
     except ModelRefError:
         raise
     except Exception as meta_error:
-        measured = measure_on_cpu(model, shape, mode, dtype, meta_error)
+        try:
+            half = measure_on_meta(model, shape, mode, torch.bfloat16)
+            scale = dtype.itemsize / torch.bfloat16.itemsize
+            measured = replace(half, peak_bytes=int(half.peak_bytes * scale))
+        except ModelRefError:
+            raise
+        except Exception:
+            measured = measure_on_cpu(model, shape, mode, dtype, meta_error)
     model.counts[key] = measured
     return measured
+
+
+def measure_on_meta(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype) -> Measured:
+    module = model.meta_model(dtype)
+    batch = batch_on(model, shape, "meta")
+    count = count_step(lambda: run_step(model, module, batch, mode))
+    return Measured(count.flops, "counted", count.incomplete, count.peak_bytes)
 
 
 def measure_on_cpu(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype, meta_error: Exception) -> Measured:
@@ -207,8 +220,15 @@ def describe(shape: Shape) -> str:
 
 
 def weight_bytes(model: CustomModel, dtype: torch.dtype) -> int:
-    """Unique parameter and buffer bytes of the model built in ``dtype`` (a tied tensor once)."""
-    module = model.meta_model(dtype)
+    """Unique parameter and buffer bytes of the model built in ``dtype`` (a tied tensor once):
+    on meta, or, for a model that cannot be built there, on the CPU."""
+    try:
+        module = model.meta_model(dtype)
+    except ModelRefError:
+        raise
+    except Exception:
+        with default_dtype(dtype), torch.random.fork_rng(devices=[]):
+            module = model.build()
     tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
