@@ -309,8 +309,10 @@ def step_rows(records: list[StepRecord], timings: list[GenerationTiming], gen_le
 
 def step_flops(workload: Workload, config: Any, spec: RunSpec) -> float:
     """FLOPs of one measured step: a train/infer step, a prefill, or a whole generation."""
-    if spec.mode == "prefill":
-        return workload.flops(config, shape_of(spec), "infer")
+    if spec.mode == "prefill":  # a prompt pass into a cache of the prompt's length: for the built-in
+        # decoders the same count as an infer step, but a Hugging Face model's prefill computes
+        # the LM head for the last position only (``logits_to_keep=1``)
+        return workload.generation.cached_flops(config, spec.batch_size, spec.seq_len, spec.seq_len)
     if spec.mode == "decode":  # the prefill and each decode step attend over the whole static cache
         cache_len, cached_flops = spec.seq_len + spec.gen_len, workload.generation.cached_flops
         prefill = cached_flops(config, spec.batch_size, spec.seq_len, cache_len)
