@@ -62,6 +62,10 @@ def graph_break_ids() -> dict[str, str]:
     return {entry["Gb_type"]: gb_id for gb_id, entries in registry.items() for entry in entries}
 
 
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0].strip() if (text or "").strip() else ""
+
+
 def is_limit_failure(fail_type: str | None, fail_reason: str | None) -> bool:
     text = f"{fail_type or ''} {fail_reason or ''}".lower()
     return "limit" in text and ("recompile" in text or "cache_size" in text)
@@ -168,13 +172,12 @@ class DynamoCapture(Capture):
     def _break_event(self, message: str, step: int | None, phase: str) -> Event:
         lines = message.splitlines()
         reason = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Graph Break Reason:")), "")
+        if self._ids is None:
+            self._ids = graph_break_ids()
         link = _GB_LINK.search(message)
-        if link:
-            gb_id = f"GB{link.group(1)}"
-        else:
-            if self._ids is None:
-                self._ids = graph_break_ids()
-            gb_id = self._ids.get(reason)
+        gb_id = f"GB{link.group(1)}" if link else self._ids.get(reason)
+        types = {found: gb_type for gb_type, found in self._ids.items()}
+        reason = types.get(gb_id or "", reason)  # the registry's name of the break, not the wrapper's text
         frames = [(path, int(line)) for path, line in _TRACEBACK_FRAME.findall(message)]
         if at := _BREAK_AT.search(lines[0] if lines else ""):
             frames.append((at.group(1), int(at.group(2))))
@@ -224,7 +227,8 @@ class DynamoCapture(Capture):
                 step=step,
                 phase=table_phase,
                 cause=reason_cause(reason, record.co_name),
-                raw=f"{record.fail_type}: {record.fail_reason}" + (f" (last reason: {reason})" if reason else ""),
+                raw=f"{record.fail_type}: {_first_line(record.fail_reason)}"
+                + (f"; last reason: {_first_line(reason)}" if reason else ""),
                 source=source,
                 compile_id=record.compile_id,
                 compile_s=record.entire_frame_compile_time_s,

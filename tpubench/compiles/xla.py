@@ -275,7 +275,8 @@ class XlaCapture(Capture):
 
     def _event(self, block: Block, seconds: float | None, cache: str, step: int | None, phase: str) -> Event:
         cause, inferred = xla_cause(block.cause), False
-        where = (tuple(block.frames), block.inputs, block.outputs)
+        source = user_source(reversed(block.frames))
+        where = (source, _cut_site(block.frames), block.inputs, block.outputs)
         known = self._shapes.setdefault(where, set())
         if cause == "step_sync" and known and block.graph_hash not in known:
             cause, inferred = "shape_change", True
@@ -289,7 +290,7 @@ class XlaCapture(Capture):
             cause=cause,
             cause_inferred=inferred,
             raw=block.cause,
-            source=user_source(reversed(block.frames)),
+            source=source,
             graph_id=block.graph_hash,
             compile_s=seconds,
             cache=cache,
@@ -309,6 +310,13 @@ class XlaCapture(Capture):
 def _mean(steps: list[StepFacts], value: Callable[[StepFacts], int | None]) -> float | None:
     found = [value(facts) for facts in steps if value(facts) is not None]
     return sum(found) / len(found) if found else None  # type: ignore[arg-type]
+
+
+def _cut_site(frames: list[tuple[str, int]]) -> tuple[str, int] | None:
+    """The frame that cut the graph: the innermost one outside torch_xla (``frames`` go
+    innermost first), e.g. the backend's ``torch_xla.sync()`` call after each step."""
+    outside = [frame for frame in frames if f"{os.sep}torch_xla{os.sep}" not in frame[0]]
+    return outside[0] if outside else None
 
 
 def _cache_file(graph_hash: str) -> str:
