@@ -22,7 +22,9 @@ from tpubench.runner import SuiteRunner, plan
 
 def run(results_dir: Path, workload: str, backend: str, mode: str = "train", python: str | None = None, **settings):
     """One run (warm-up 1, 3 measured steps) and its compiles rows, in step order."""
-    specs = plan([workload], backends=[backend], modes=[mode], **{"warmup": 1, "steps": 3, "timeout_s": 300, **settings})
+    specs = plan(
+        [workload], backends=[backend], modes=[mode], **{"warmup": 1, "steps": 3, "timeout_s": 300, **settings}
+    )
     [row] = SuiteRunner(results_dir, pythons={"xla": python} if python else {}).run(specs)
     events = store.load_compiles(results_dir, run_id=row["run_id"]).sort_values("seq")
     return row, events
