@@ -188,3 +188,36 @@ def test_stores_without_a_compiles_table_load_empty(results_dir: Path) -> None:
     (results_dir / "runs").mkdir()
     frame = store.load_compiles(results_dir)
     assert frame.empty and "cause_inferred" in frame.columns
+
+
+def test_torchtpu_counters_become_compile_rows_per_step() -> None:
+    """TorchTPU's counters (faked here: no chip) as rows: a step that compiled gets one row
+    counting its executables; a step that compiled nothing gets none."""
+    from tpubench.compiles.tpu import TpuCapture
+
+    counts = iter([0, 0, 2, 3, 3])  # before and after the build, then after steps 0, 1 and 2
+    capture = TpuCapture(lambda: {"num_compilations": next(counts), "num_cache_reqs": 0, "num_cache_hits": 0})
+    capture.start()
+    for step, phase in enumerate(["first", "warmup", "measure"]):
+        capture.before_step(step, phase)
+        capture.after_step(step, phase)
+    assert [(e.step, e.phase, e.layer, e.cause, e.count) for e in capture.events] == [
+        (0, "warmup", "tpu", "unknown", 2),
+        (1, "warmup", "tpu", "unknown", 1),
+    ]
+
+
+@pytest.mark.nightly
+def test_inductor_shape_change_has_the_same_rows_as_aot_eager(compile_workloads: None, results_dir: Path) -> None:
+    row, events = run(results_dir, "recompile-shape", "cpu-compile")
+    assert row["status"] == "ok", row.get("error")
+    forward = events[(events.event == "compile") & (events.layer == "dynamo")]
+    assert list(forward.step) == [0, 2, 4] and list(forward.cause) == ["first_compile", "shape_change", "shape_change"]
+    assert set(forward.cache) == {"miss"}  # a private, empty FX-graph cache
+    accounted(row, events, "dynamo", "aot_backward")
+
+
+@pytest.mark.nightly
+def test_xla_fail_on_recompile_names_the_cause(compile_workloads: None, results_dir: Path, xla_python: str) -> None:
+    row, _ = run(results_dir, "recompile-shape", "xla", python=xla_python, fail_on_recompile=True)
+    assert row["status"] == "failed" and "compiled after warm-up, at step 4: xla shape_change" in row["error"]
