@@ -153,6 +153,8 @@ def test_xla_compile_keeps_fallback_counts_across_dynamo_recompiles(
     lowered = events[(events.layer == "xla") & events.compile_id.notna()]
     assert set(lowered.compile_id) == set(dynamo.compile_id)  # each Dynamo compile joined to its XLA compiles
     assert dynamo.graph_id.isin(lowered.graph_id).all()
+    reads = events[(events.event == "compile") & (events.cause == "host_read")]
+    assert set(reads.source) == {line_of("HISTC_LINE")}  # the fallback cut the graph there
     accounted(row, events, "xla")
 
 

@@ -38,11 +38,16 @@ _SYNC_CAUSES = ("user torch_xla.sync", "parallel loader", "StepTrace", "torch_xl
 _FRAME = re.compile(r"^\s*(.*?) \((.+):(\d+)\)\s*$")
 
 
+#: Python frames per analysis (torch_xla's default, 8, can stop short of the user's line
+#: under Dynamo, whose frames come first); walked once per compile, never per step
+DEBUG_MAX_FRAMES = 32
+
+
 def debug_env(directory: str | None = None) -> dict[str, str]:
     """The variables that make torch_xla write its compilation analyses to a file in the
     run's scratch folder (the worker's TMPDIR). They are read once, at the first compile."""
     path = os.path.join(directory or tempfile.gettempdir(), "pt_xla_debug.txt")
-    return {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": path}
+    return {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": path, "PT_XLA_DEBUG_MAX_FRAME": str(DEBUG_MAX_FRAMES)}
 
 
 def xla_cause(text: str) -> str:
