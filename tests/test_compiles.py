@@ -86,7 +86,8 @@ def test_item_breaks_the_graph_then_recompiles_by_value_until_the_limit(
 def test_fail_on_recompile_fails_the_run_with_the_reason(compile_workloads: None, results_dir: Path) -> None:
     row, _ = run(results_dir, "recompile-shape", "cpu-compile-eager", fail_on_recompile=True)
     assert row["status"] == "failed"
-    assert "fail_on_recompile" in row["error"] and "size mismatch" in row["error"]
+    assert row["error"].startswith("RecompileError: compiled after warm-up, at step 2: dynamo shape_change at ")
+    assert line_of("CALL_LINE") in row["error"] and "size mismatch at index 0. expected 8, actual 12" in row["error"]
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import traceback
 from typing import Any
 
 from tpubench.compiles import Capture, Event, StepFacts, current_user_source, step_phase, user_source
@@ -69,6 +70,20 @@ def _first_line(text: str | None) -> str:
 def is_limit_failure(fail_type: str | None, fail_reason: str | None) -> bool:
     text = f"{fail_type or ''} {fail_reason or ''}".lower()
     return "limit" in text and ("recompile" in text or "cache_size" in text)
+
+
+def describe_stance_error(error: BaseException) -> str | None:
+    """Cause, user line and guard of the error Dynamo raises under the ``fail_on_recompile``
+    stance (whose own message names ``external_utils.inner`` for a compiled module); None
+    for any other error."""
+    text = str(error)
+    if "fail_on_recompile" not in text:
+        return None
+    guards = [line.strip().removeprefix("- ") for line in text.splitlines() if line.strip().startswith("- ")]
+    reason = guards[0] if guards else _first_line(text)
+    frames = [(frame.filename, frame.lineno or 0) for frame in traceback.extract_tb(error.__traceback__)]
+    where = user_source(frames) or "an unknown line"
+    return f"dynamo {reason_cause(reason.split(': ', 1)[-1], None)} at {where} ({reason})"
 
 
 class _BreakLog(logging.Handler):
