@@ -189,6 +189,21 @@ def test_pt_xla_debug_blocks_parse_into_cause_hash_and_frames() -> None:
     assert xla_cause("dynamo is compiling a FX graph to HLO") == "unknown"  # joined to Dynamo's cause later
 
 
+def test_a_block_still_being_written_is_read_whole_next_time(tmp_path: Path) -> None:
+    from tpubench.compiles.xla import CounterTotals, XlaCapture
+
+    rule, path = "Compilation Analysis: " + "=" * 20, tmp_path / "pt_xla_debug.txt"
+    block = [rule, "Compilation Analysis: Compilation Cause", "Compilation Analysis:   user torch_xla.sync"]
+    post = ["Post Compilation Analysis: " + "=" * 20, "Post Compilation Analysis: Graph input size: 0.1 GB"]
+    path.write_text("\n".join([*block, rule, *post, *post[:1], *block]) + "\n")  # the second block half-written
+    capture = XlaCapture(CounterTotals(), str(path))
+    assert len(capture._read_blocks()) == 1
+    with open(path, "a") as stream:
+        stream.write("Compilation Analysis:   Graph Hash: ab12\n" + rule + "\n")
+    [second] = capture._read_blocks()
+    assert second.graph_hash == "ab12" and second.cause == "user torch_xla.sync"
+
+
 def test_stores_without_a_compiles_table_load_empty(results_dir: Path) -> None:
     (results_dir / "runs").mkdir()
     frame = store.load_compiles(results_dir)

@@ -36,6 +36,7 @@ CACHE_COUNTERS = ("CachedCompile", "PersistentCacheHit", "PersistentCacheMiss", 
 
 _SYNC_CAUSES = ("user torch_xla.sync", "parallel loader", "StepTrace", "torch_xla.compile", "user mark_step")
 _FRAME = re.compile(r"^\s*(.*?) \((.+):(\d+)\)\s*$")
+_RULE = re.compile(r"^Compilation Analysis: =+$", re.MULTILINE)
 
 
 #: Python frames per analysis (torch_xla's default, 8, can stop short of the user's line
@@ -238,9 +239,9 @@ class XlaCapture(Capture):
         with open(self.debug_file, encoding="utf-8", errors="replace") as stream:
             stream.seek(self._offset)
             text = stream.read()
-        end = text.rfind("Compilation Analysis: ====")
+        rules = [match.start() for match in _RULE.finditer(text)]  # two per block: its first and last line
         # keep an unfinished block (its closing rule not yet written) for the next read
-        complete = text if text.count("Compilation Analysis: ====") % 2 == 0 else text[:end]
+        complete = text if len(rules) % 2 == 0 else text[: rules[-1]]
         self._offset += len(complete.encode("utf-8", errors="replace"))
         return parse_blocks(complete)
 
