@@ -96,14 +96,14 @@ def parse_blocks(text: str) -> list[Block]:
             section = "graph"
         elif stripped.startswith("Python Frame Triggered Execution"):
             section = "frames"
-        elif section == "cause":
-            current.cause = f"{current.cause} {stripped}".strip()
         elif stripped.startswith("Graph Hash:"):
             current.graph_hash = stripped.split(":", 1)[1].strip()
         elif stripped.startswith("Number of Graph Inputs:"):
             current.inputs = int(stripped.split(":", 1)[1])
         elif stripped.startswith("Number of Graph Outputs:"):
             current.outputs = int(stripped.split(":", 1)[1])
+        elif section == "cause":
+            current.cause = f"{current.cause} {stripped}".strip()
         elif section == "frames" and (match := _FRAME.match(line)):
             current.frames.append((match.group(2), int(match.group(3))))
     return blocks
