@@ -245,7 +245,7 @@ def run_protocol(
 
 def recompile_message(step: int, capture: Capture | None) -> str:
     """``--fail-on-recompile``'s error: the step, and the compile's cause and line where captured."""
-    found = [e for e in (capture.events if capture else []) if e.step == step and e.event == "compile"]
+    found = [e for e in (capture.events_so_far() if capture else []) if e.step == step and e.event == "compile"]
     found = [e for e in found if e.cache != "memory_hit"]
     if not found:
         return f"compiled after warm-up, at step {step} (cause not captured)"

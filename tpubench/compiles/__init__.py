@@ -103,6 +103,10 @@ class Capture:
     def finish(self) -> None:
         """After the last step: turn what is left into events."""
 
+    def events_so_far(self) -> list[Event]:
+        """The events recorded up to now (``--fail-on-recompile`` names the latest)."""
+        return self.events
+
     def columns(self) -> dict[str, Any]:
         """The runs table's compile columns this capture can fill."""
         return {}
@@ -135,6 +139,9 @@ class Captures(Capture):
                 **{key: value if value is not None else getattr(merged, key) for key, value in asdict(found).items()}
             )
         return merged
+
+    def events_so_far(self) -> list[Event]:
+        return [event for part in self.parts for event in part.events_so_far()]
 
     def after_warmup(self, fail_on_recompile: bool) -> None:
         for part in self.parts:
