@@ -150,7 +150,9 @@ class Captures(Capture):
     def finish(self) -> None:
         for part in self.parts:
             part.finish()
-        self.events = [event for part in self.parts for event in part.events]
+        events = [event for part in self.parts for event in part.events]
+        # in step order (before the first step first); within a step, part by part
+        self.events = sorted(events, key=lambda event: (event.step is not None, event.step or 0))
         self.notes = [note for part in self.parts for note in part.notes]
 
     def columns(self) -> dict[str, Any]:

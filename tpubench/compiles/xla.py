@@ -364,5 +364,4 @@ class XlaCompileCaptures(Captures):
 
     def finish(self) -> None:
         super().finish()
-        self.events.sort(key=lambda event: (event.step is not None, event.step or 0))  # stable: layers in order
         join_dynamo(self.events)
