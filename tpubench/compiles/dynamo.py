@@ -119,7 +119,6 @@ class DynamoCapture(Capture):
         self._breaks = _BreakLog()
         self._break_index = 0
         self._ids: dict[str, str] | None = None
-        self._breaks_total = 0
 
     def start(self) -> None:
         import torch._dynamo
@@ -174,6 +173,9 @@ class DynamoCapture(Capture):
 
         records = list(get_compilation_metrics())
         fresh, self._seen = records[self._seen :], len(records)
+        full = f"Dynamo's compilation-metrics deque is full ({METRICS_LIMIT} records): later compiles have no rows"
+        if len(records) >= METRICS_LIMIT and full not in self.notes:
+            self.notes.append(full)
         found = [*self._break_events(step, phase), *(self._record_event(r, step, phase) for r in fresh)]
         self.events.extend(found)
         return found
