@@ -60,6 +60,8 @@ class RunSpec:
     #: its hash (config or factory source) as the main process found it when planning, so that
     #: ``--resume`` and ``ci``'s sizing never take a changed model for its old self
     model_hash: str | None = None
+    capture_compiles: bool = True  # record the compiles table (tpubench/compiles/); off to measure its cost
+    fail_on_recompile: bool = False  # a compile after warm-up fails the run, with its cause and line
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

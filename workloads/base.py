@@ -115,6 +115,10 @@ class Workload:
     #: extra row columns (config, shape, mode) -> {column: value}: a user's model says what it is
     #: (``model_ref``, ``model_hash``) and how its FLOPs and loss were obtained (workloads.custom)
     row_columns: Callable[[Any, Shape, str], dict[str, Any]] | None = None
+    #: batch size of each step in order (the first step's first), the last one repeated; empty:
+    #: every step takes the run's batch. For test workloads that change shape on purpose, to
+    #: check what a run records about recompiles (tests/compile_workloads.py)
+    batch_schedule: tuple[int, ...] = ()
 
     @property
     def suite(self) -> str:
