@@ -1,0 +1,184 @@
+"""Reading the ``compiles`` table: the analysis (summary, why table, graph diff, hints), the
+``tpubench compiles`` command, and compare's named compile regressions.
+
+The tables are synthetic but real: rows as the capture writes them (tests/compile_rows.py),
+written through the store and loaded back, so the parquet round trip is part of the test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.compile_rows import (
+    ITEM_LINE,
+    MISMATCH,
+    SHAPE_LINE,
+    limit_events,
+    run_row,
+    shape_change_events,
+    write,
+    xla_events,
+)
+from tests.test_ops import in_process, one_error_line
+from tpubench import store
+from tpubench.analysis import compare
+from tpubench.analysis import compiles as analysis
+
+X = analysis.TIMES
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One invocation: a shape-change cpu-compile run, a run that hit the recompile limit, two
+    xla runs of one configuration (the second compiles a graph the first did not, and not one
+    the first did), and an eager cpu run."""
+    path = tmp_path_factory.mktemp("compiles") / "results"
+    path.mkdir()
+    runs = [
+        run_row("shape0001", "inv-a"),
+        run_row("limit0001", "inv-a", workload="item-step"),
+        run_row("xlaa0001", "inv-a", backend="xla"),
+        run_row("xlab0001", "inv-a", backend="xla"),
+        run_row("eager0001", "inv-a", backend="cpu"),
+    ]
+    events = [
+        *shape_change_events("shape0001", "inv-a"),
+        *limit_events("limit0001", "inv-a"),
+        *xla_events("xlaa0001", "inv-a", ["443bd531", "62f880e9", "36e8c557"]),
+        *xla_events("xlab0001", "inv-a", ["443bd531", "62f880e9", "9abc0001"]),
+    ]
+    write(path, "inv-a", runs, events)
+    return path
+
+
+def loaded(results: Path) -> pd.DataFrame:
+    return store.load_table(results, "compiles")
+
+
+def test_the_summary_names_each_fact_with_its_cause_line_and_cost(results: Path) -> None:
+    events = analysis.run_events(loaded(results), "shape0001")
+    assert list(events["step"]) == sorted(events["step"])
+    lines = analysis.summary(events)
+    assert lines[0] == (
+        f"6 compiles (3 dynamo, 3 aot_backward), 42 s; after warm-up 4 (shape change {X}2 at {SHAPE_LINE}, "
+        f"1.9 s each; lazy backward {X}2 at {SHAPE_LINE}, 0.475 s each)"
+    )
+    assert any(line.startswith("hint (shape change): pad or bucket") for line in lines)
+    assert f"1 graph break GB0124 at {ITEM_LINE} (Tensor.item(); hint: avoid .item()" in "\n".join(lines)
+    assert not any("recompile limit" in line for line in lines)
+
+
+def test_the_summary_warns_when_the_recompile_limit_was_hit(results: Path) -> None:
+    lines = analysis.summary(analysis.run_events(loaded(results), "limit0001"))
+    assert lines[0].startswith(f"8 compiles, 2.4 s; after warm-up 6 (value change {X}6 at {ITEM_LINE}, 0.2 s each)")
+    warning = [line for line in lines if line.startswith("warning: hit the recompile limit")]
+    assert len(warning) == 1 and ITEM_LINE in warning[0] and "no longer compiled" in warning[0]
+    assert any("capture_scalar_outputs" in line for line in lines)
+
+
+def test_the_summary_counts_host_reads_and_fallbacks_per_measured_step(results: Path) -> None:
+    lines = analysis.summary(analysis.run_events(loaded(results), "xlaa0001"), measured_steps=3)
+    assert f"shape change (inferred) {X}1" not in lines[0] and "shape change (inferred) at workloads/x.py:6" in lines[0]
+    assert f"host reads 1/step at {ITEM_LINE}" in lines
+    assert any(line.startswith("CPU fallbacks 1/step (aten::histc)") for line in lines)
+
+
+def test_an_eager_run_has_no_events_and_says_so(results: Path) -> None:
+    events = analysis.run_events(loaded(results), "eager0001")
+    assert events.empty
+    assert analysis.summary(events) == ["0 compiles; after warm-up 0"]
+
+
+def test_the_why_table_groups_an_invocation_by_cause_and_line(results: Path) -> None:
+    why = analysis.why_table(loaded(results))
+    assert list(why.columns) == analysis.WHY_COLUMNS
+    top = why.iloc[0]  # the most compiles after warm-up: the value guard of the limit run
+    assert (top["cause"], top["source"], top["after_warmup"], top["runs"]) == ("value change", ITEM_LINE, 6, 1)
+    shape = why[(why["cause"] == "shape change") & (why["source"] == SHAPE_LINE)].iloc[0]
+    assert (shape["compiles"], shape["after_warmup"], shape["compile_s"]) == (2, 2, pytest.approx(3.8))
+    assert shape["reported_by"] == "the backend"
+    xla = why[(why["cause"] == "shape change") & (why["source"] == "workloads/x.py:6")].iloc[0]
+    assert (xla["runs"], xla["compiles"], xla["reported_by"]) == (2, 4, "tpubench (inferred)")
+    breaks = why[why["cause"].str.startswith("graph break GB0124")].iloc[0]
+    assert (breaks["graph_breaks"], breaks["source"]) == (1, ITEM_LINE) and "capture_scalar_outputs" in breaks["hint"]
+    assert analysis.why_table(loaded(results).iloc[0:0]).empty
+
+
+def test_diff_graphs_names_the_graphs_new_and_gone(results: Path) -> None:
+    compiles = loaded(results)
+    base, test = (analysis.run_events(compiles, run) for run in ("xlaa0001", "xlab0001"))
+    diff = analysis.diff_graphs(base, test)
+    assert list(diff.columns) == analysis.DIFF_COLUMNS
+    assert diff[["change", "graph_id", "step"]].values.tolist() == [["new", "9abc0001", 2], ["gone", "36e8c557", 2]]
+    assert analysis.diff_graphs(base, base).empty
+
+
+def test_hints_cover_the_common_graph_breaks_and_link_the_rest() -> None:
+    assert analysis.graph_break_name("GB0124") == "Tensor.item()"
+    assert "torch.where" in analysis.graph_break_hint("GB0170")
+    assert analysis.graph_break_hint("GB0431").endswith("/gb/gb0431.html")
+    assert analysis.cause_hint("first_compile") == ""
+
+
+def test_top_cause_is_what_a_compile_regression_names(results: Path) -> None:
+    compiles = loaded(results)
+    assert analysis.top_cause(analysis.run_events(compiles, "shape0001")) == f"shape change {X}2 at {SHAPE_LINE}"
+    assert analysis.top_cause(analysis.run_events(compiles, "eager0001")) is None
+
+
+def test_compare_names_a_compile_regression_with_its_cause_and_line(results: Path) -> None:
+    compiles = loaded(results)
+    base, test = (
+        store.to_table([run_row(run_id, invocation, recompiles_after_warmup=n)], "runs").to_pandas()
+        for run_id, invocation, n in (("base0001", "inv-0", 0), ("shape0001", "inv-a", 2))
+    )
+    empty = store.to_table([], "steps").to_pandas()
+    frame = compare.compare_runs(base, test, empty, empty, compiles=compiles)
+    row = frame[frame["metric"] == "recompiles"].iloc[0]
+    assert row["verdict"] == "regressed"
+    assert row["reason"].startswith(
+        f"2 compilation(s) after warm-up, none in the baseline: shape change {X}2 at {SHAPE_LINE}"
+    )
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+def test_compiles_prints_the_events_then_the_summary(results: Path) -> None:
+    shown = in_process("compiles shape", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    assert "shape0001" in shown.stdout and MISMATCH in shown.stdout
+    assert f"after warm-up 4 (shape change {X}2 at {SHAPE_LINE}" in shown.stdout
+    assert "GB0124" in shown.stdout
+
+
+def test_compiles_json_gives_the_events_and_the_summary(results: Path) -> None:
+    import json
+
+    shown = in_process("compiles limit0001 --json", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert found["run_id"] == "limit0001" and len(found["events"]) == 9
+    assert any(line.startswith("warning: hit the recompile limit") for line in found["summary"])
+
+
+def test_compiles_of_two_runs_diffs_their_graphs(results: Path) -> None:
+    shown = in_process("compiles xlaa0001 xlab0001", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    assert "new" in shown.stdout and "9abc0001" in shown.stdout and "36e8c557" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("compiles nope0000", "unknown run 'nope0000'"),
+        ("compiles eager0001", "backend cpu does not compile"),
+        ("compiles shape0001 xlaa0001", "not two runs of one configuration"),
+        ("compiles shape0001 xlaa0001 --explain", "--explain takes one run"),
+    ],
+)
+def test_bad_input_is_one_error_line(results: Path, line: str, message: str) -> None:
+    assert message in one_error_line(in_process(line, "--results", str(results)))
