@@ -7,6 +7,7 @@ written through the store and loaded back, so the parquet round trip is part of 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -156,7 +157,6 @@ def test_compiles_prints_the_events_then_the_summary(results: Path) -> None:
 
 
 def test_compiles_json_gives_the_events_and_the_summary(results: Path) -> None:
-    import json
 
     shown = in_process("compiles limit0001 --json", "--results", str(results))
     assert shown.returncode == 0, shown.stderr
@@ -182,3 +182,28 @@ def test_compiles_of_two_runs_diffs_their_graphs(results: Path) -> None:
 )
 def test_bad_input_is_one_error_line(results: Path, line: str, message: str) -> None:
     assert message in one_error_line(in_process(line, "--results", str(results)))
+
+
+def test_compare_and_regressions_name_the_cause_from_the_store(tmp_path: Path) -> None:
+    """The commands load the candidate's compile events: the reason of a compile regression
+    names its cause and line; a change point in the compile count names them too."""
+    results = tmp_path / "results"
+    invocations = [f"inv-{night}" for night in range(6)]
+    for night, invocation in enumerate(invocations):
+        late = 2 if night >= 3 else 0
+        run = run_row(
+            f"run{night}000", invocation, recompiles_after_warmup=late, compile_count=1 + late, git_sha=f"sha{night}"
+        )
+        run["started_at"] = run["started_at"].replace(hour=night)
+        events = shape_change_events(run["run_id"], invocation) if late else []
+        write(results, invocation, [run], events)
+    compared = in_process(
+        "compare --baseline invocation=inv-2 --candidate invocation=inv-3 --json --results", str(results)
+    )
+    assert compared.returncode == 0, compared.stderr
+    rows = {row["metric"]: row for row in json.loads(compared.stdout)["comparison"]}
+    assert rows["recompiles"]["reason"].endswith(f"none in the baseline: shape change {X}2 at {SHAPE_LINE}")
+    found = in_process("regressions --metric compile_count --json --results", str(results))
+    assert found.returncode == 0, found.stderr
+    points = json.loads(found.stdout)
+    assert [(p["invocation_id"], p["cause"]) for p in points] == [("inv-3", f"shape change {X}2 at {SHAPE_LINE}")]

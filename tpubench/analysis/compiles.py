@@ -302,3 +302,21 @@ def cache_states(events: pd.DataFrame) -> pd.DataFrame:
         .size()
         .rename(columns={"size": "compiles"})
     )
+
+
+#: runs columns whose regression is a compile regression, which the compiles table can explain
+COMPILE_METRICS = ("recompiles_after_warmup", "compile_count", "first_step_compiles", "compile_s", "compile_s_measured")
+
+
+def change_point_causes(found: pd.DataFrame, runs: pd.DataFrame, compiles: pd.DataFrame, keys: tuple) -> pd.Series:
+    """For each change point of ``found`` (:func:`tpubench.analysis.changepoints.change_points`),
+    the :func:`top_cause` of the compiles after warm-up of its series' runs in the invocation
+    that shifted it; None where they compiled nothing after warm-up or were not captured."""
+    causes = []
+    for point in found.to_dict("records"):
+        chosen = runs[runs["invocation_id"] == point["invocation_id"]]
+        for key in keys:
+            value = point[key]
+            chosen = chosen[chosen[key].isna()] if pd.isna(value) else chosen[chosen[key] == value]
+        causes.append(top_cause(compiles[compiles["run_id"].isin(chosen["run_id"])]))
+    return pd.Series(causes, index=found.index, dtype=object)
