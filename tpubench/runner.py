@@ -299,12 +299,14 @@ FACT_COLUMNS = (
 
 def row_for(
     spec: RunSpec, invocation_id: str, tags: dict[str, str], fact: dict[str, Any], result: dict[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The run's row, its steps rows and its ops rows, from the spec, where it ran and its result."""
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's row and its rows of the steps, ops and compiles tables, from the spec,
+    where it ran and its result."""
     result = dict(result)
     ids = {"run_id": spec.run_id, "invocation_id": invocation_id}
     steps = [{**ids, **step} for step in result.pop("steps", [])]
     ops = [{**ids, **op} for op in result.pop("ops", [])]
+    compiles = [{**ids, **event} for event in result.pop("compiles", [])]
     row = {
         **ids,
         "suite": spec.suite,
@@ -325,7 +327,7 @@ def row_for(
         "tags": json.dumps(tags, sort_keys=True),
         **result,
     }
-    return row, steps, ops
+    return row, steps, ops, compiles
 
 
 def facts_for(probe_result: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -391,9 +393,15 @@ class SuiteRunner:
             self._writer = InvocationWriter(self.results_dir, self.invocation_id, datetime.now(UTC))
         return self._writer
 
-    def write(self, row: dict[str, Any], steps: list[dict[str, Any]], ops: list[dict[str, Any]]) -> None:
+    def write(
+        self,
+        row: dict[str, Any],
+        steps: list[dict[str, Any]],
+        ops: list[dict[str, Any]],
+        compiles: Sequence[dict[str, Any]] = (),
+    ) -> None:
         """Add a finished run to this invocation's files (rewritten at once)."""
-        self.open_store().add(row, steps, ops)
+        self.open_store().add(row, steps, ops, compiles)
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
         """Run ``specs`` in order and return their rows (also written to the store).
@@ -414,8 +422,8 @@ class SuiteRunner:
             try:
                 availability = probes[spec.backend]["backends"][spec.backend]
                 result = executor.run(spec, availability, lambda event, spec=spec: self.observer.on_event(spec, event))
-                row, steps, ops = row_for(spec, self.invocation_id, self.tags, fact, result)
-                self.write(row, steps, ops)
+                row, steps, ops, compiles = row_for(spec, self.invocation_id, self.tags, fact, result)
+                self.write(row, steps, ops, compiles)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
                 self.interrupted = True
                 break

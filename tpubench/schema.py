@@ -48,6 +48,17 @@ RUNS = pa.schema(
         ("compile_count", _int),
         ("compile_s", _float),
         ("recompiles_after_warmup", _int),
+        ("capture_compiles", pa.bool_()),
+        ("graph_breaks", _int),
+        ("graph_break_ids", _string),
+        ("recompile_causes", _string),
+        ("recompile_limit_hit", pa.bool_()),
+        ("executions_per_step", _float),
+        ("host_reads_per_step", _float),
+        ("missing_lowerings", _string),
+        ("compile_s_warmup", _float),
+        ("compile_s_measured", _float),
+        ("compile_events_dropped", _int),
         ("median_step_ms", _float),
         ("p10_step_ms", _float),
         ("p90_step_ms", _float),
@@ -122,6 +133,9 @@ STEPS = pa.schema(
         ("ttft_ms", _float),
         ("tpot_ms", _float),
         ("compile_count", _int),
+        ("compile_s", _float),
+        ("executions", _int),
+        ("host_reads", _int),
     ]
 )
 
@@ -151,4 +165,29 @@ OPS = pa.schema(
     ]
 )
 
-TABLES = {"runs": RUNS, "steps": STEPS, "ops": OPS}
+#: one row per compile-related event of a run (docs/schema.md; captured by tpubench/compiles/)
+COMPILES = pa.schema(
+    [
+        ("run_id", _string),
+        ("invocation_id", _string),
+        ("schema_version", pa.int32()),
+        ("seq", _int),
+        ("step", _int),
+        ("phase", _string),
+        ("event", _string),
+        ("layer", _string),
+        ("cause", _string),
+        ("cause_inferred", pa.bool_()),
+        ("raw", _string),
+        ("graph_break_id", _string),
+        ("source", _string),
+        ("graph_id", _string),
+        ("compile_id", _string),
+        ("compile_s", _float),
+        ("cache", _string),
+        ("op", _string),
+        ("count", _int),
+    ]
+)
+
+TABLES = {"runs": RUNS, "steps": STEPS, "ops": OPS, "compiles": COMPILES}

@@ -5,9 +5,10 @@ Layout, one file per suite invocation per table::
     results/runs/date=YYYY-MM-DD/<invocation_id>.parquet
     results/steps/date=YYYY-MM-DD/<invocation_id>.parquet
     results/ops/date=YYYY-MM-DD/<invocation_id>.parquet
+    results/compiles/date=YYYY-MM-DD/<invocation_id>.parquet
 
 An invocation rewrites its own files after every run (temp file, then rename; the ops
-file once a profiled run has given it rows), so a
+and compiles files once a run has given them rows), so a
 crash loses at most the run in flight and a reader never sees half a file. Invocations
 never share a file, so concurrent suites in one directory lose nothing. pandas
 (``pd.read_parquet("results/runs")``), pyarrow datasets and DuckDB
@@ -40,8 +41,9 @@ import pyarrow.parquet as pq
 from tpubench.results_dir import DEFAULT_RESULTS_DIR, is_remote
 from tpubench.schema import SCHEMA_VERSION, TABLES
 
-#: tables whose file an invocation writes only once it has rows: most runs profile nothing
-WRITTEN_WHEN_FILLED = frozenset({"ops"})
+#: tables whose file an invocation writes only once it has rows: most runs profile nothing,
+#: and eager runs compile nothing
+WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles"})
 
 
 class StoreError(Exception):
@@ -151,9 +153,14 @@ class InvocationWriter:
         return {name: self._location.display(path) for name, path in self._paths.items()}
 
     def add(
-        self, run: dict[str, Any], steps: Iterable[dict[str, Any]] = (), ops: Iterable[dict[str, Any]] = ()
+        self,
+        run: dict[str, Any],
+        steps: Iterable[dict[str, Any]] = (),
+        ops: Iterable[dict[str, Any]] = (),
+        compiles: Iterable[dict[str, Any]] = (),
     ) -> None:
-        fresh = {name: list(rows) for name, rows in (("runs", [run]), ("steps", steps), ("ops", ops))}
+        tables = (("runs", [run]), ("steps", steps), ("ops", ops), ("compiles", compiles))
+        fresh = {name: list(rows) for name, rows in tables}
         converted = {name: to_table(rows, name) for name, rows in fresh.items() if rows}  # all checked first
         for name, table in converted.items():  # one chunk: a table of a chunk per run writes 10x slower
             self._tables[name] = pa.concat_tables([self._tables[name], table]).combine_chunks()
@@ -344,6 +351,12 @@ def inside_results(results_dir: Path, recorded: str) -> Path:
 def load_ops(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
     """One row per (run, op) of profiled runs; e.g. ``load_ops("results", run_id=run_id)``."""
     return load_table(results_dir, "ops", **filters)
+
+
+def load_compiles(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """One row per compile, graph break, host read or fallback of a run (docs/schema.md);
+    e.g. ``load_compiles("results", run_id=run_id)``. Stores from before the table load empty."""
+    return load_table(results_dir, "compiles", **filters)
 
 
 def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:
