@@ -56,7 +56,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def loaded(results: Path) -> pd.DataFrame:
-    return store.load_table(results, "compiles")
+    return store.load_compiles(results)
 
 
 def test_the_summary_names_each_fact_with_its_cause_line_and_cost(results: Path) -> None:
@@ -207,3 +207,10 @@ def test_compare_and_regressions_name_the_cause_from_the_store(tmp_path: Path) -
     assert found.returncode == 0, found.stderr
     points = json.loads(found.stdout)
     assert [(p["invocation_id"], p["cause"]) for p in points] == [("inv-3", f"shape change {X}2 at {SHAPE_LINE}")]
+
+
+def test_a_run_without_events_says_why(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    write(results, "inv-b", [run_row("nocap001", "inv-b", capture_compiles=False)], [])
+    said = one_error_line(in_process("compiles nocap001 --results", str(results)))
+    assert "it ran with --no-capture-compiles" in said

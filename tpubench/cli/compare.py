@@ -63,7 +63,7 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
     except SelectorError as error:
         raise BadInput(f"{selector!r} in {results}: {error}") from error
     steps = store.load_steps(results, run_id=list(chosen["run_id"]), phase="measure")
-    compiles = store.load_table(results, "compiles", run_id=list(chosen["run_id"]))
+    compiles = store.load_compiles(results, run_id=list(chosen["run_id"]))
     return Selection(selector, chosen, steps, compiles)
 
 
@@ -301,7 +301,7 @@ def regressions_command(
     settings = changepoints.ChangePointSettings(min_points=min_points)
     found = changepoints.change_points(runs, metric, settings)
     if metric in COMPILE_METRICS and not found.empty:  # what compiled after warm-up, and where
-        compiles = store.load_table(results, "compiles", invocation_id=list(found["invocation_id"]))
+        compiles = store.load_compiles(results, invocation_id=list(found["invocation_id"]))
         found["cause"] = change_point_causes(found, runs, compiles, changepoints.SERIES_KEYS)
     series = runs[runs["status"] == "ok"].groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups
     if as_json:

@@ -39,13 +39,18 @@ def _compiling(run: dict[str, Any]) -> dict[str, Any]:
 def _events(results_dir: Path | str, run: dict[str, Any]) -> pd.DataFrame:
     """The run's events; a BadInput saying why when the store holds none for it."""
     try:
-        rows = store.load_table(results_dir, "compiles", run_id=run["run_id"])
+        rows = store.load_compiles(results_dir, run_id=run["run_id"])
     except store.StoreError as error:
         raise BadInput(str(error)) from error
     if rows.empty:
+        captured = _value(run, "capture_compiles")
+        why = {
+            False: "it ran with --no-capture-compiles",
+            None: "it ran before tpubench recorded them",
+        }.get(captured, f"its status is {run['status']}, and it recorded none")
         raise BadInput(
-            f"run {run['run_id']} has no compile events: it ran with the capture off or before tpubench recorded "
-            f"them; `tpubench compiles {run['run_id']} --explain` re-runs it with the backend's own diagnostics"
+            f"run {run['run_id']} has no compile events: {why}; `tpubench compiles {run['run_id']} --explain` "
+            "re-runs it with the backend's own diagnostics"
         )
     return analysis.run_events(rows, run["run_id"])
 
