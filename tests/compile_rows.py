@@ -94,9 +94,25 @@ def xla_events(run_id: str, invocation: str, hashes: list[str]) -> list[dict[str
     return rows
 
 
-def write(results: Path, invocation: str, runs: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-    """``runs`` and ``events`` as one invocation's files of the store (atomic, as a suite writes them)."""
+def step_rows(run_id: str, invocation: str, compile_s: dict[int, float]) -> list[dict[str, Any]]:
+    """Steps 0-4 of a run (first, warm-up, 3 measured) whose times grow with what they compiled."""
+    phases = ["first", "warmup", "measure", "measure", "measure"]
+    return [
+        {"run_id": run_id, "invocation_id": invocation, "step": step, "phase": phase,
+         "step_ms": 5.0 + 1000 * compile_s.get(step, 0.0), "compile_s": compile_s.get(step)}
+        for step, phase in enumerate(phases)
+    ]  # fmt: skip
+
+
+def write(
+    results: Path,
+    invocation: str,
+    runs: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    steps: list[dict[str, Any]] = (),
+) -> None:
+    """``runs``, ``events`` and ``steps`` as one invocation's files of the store (atomic, as a suite writes them)."""
     location = store.Location(results)
     partition = store.partition(datetime(2026, 12, 2, tzinfo=UTC))
-    for table, rows in (("runs", runs), ("compiles", events)):
+    for table, rows in (("runs", runs), ("compiles", events), ("steps", list(steps))):
         location.write_table(store.to_table(rows, table), location.join(table, partition, f"{invocation}.parquet"))
