@@ -214,3 +214,45 @@ def test_a_run_without_events_says_why(tmp_path: Path) -> None:
     write(results, "inv-b", [run_row("nocap001", "inv-b", capture_compiles=False)], [])
     said = one_error_line(in_process("compiles nocap001 --results", str(results)))
     assert "it ran with --no-capture-compiles" in said
+
+
+# --- --explain -----------------------------------------------------------------------
+
+#: three syncs of torch_xla 2.9's XLA_SAVE_TENSORS_FILE under XLA_IR_DEBUG=1 (batches 8, 8, 12 of
+#: the research note's xla_dump.py), cut to the nodes that matter; the second graph's weights
+#: were made elsewhere (location differs) and still hash the same
+DUMP = """
+[ScheduleSyncTensorsGraph]
+TensorsGraphInfo:
+  sync (/venv/lib/python3.11/site-packages/torch_xla/torch_xla.py:87)
+  <module> (/tmp/xla_dump.py:8)
+
+## BEGIN_GRAPH
+IR {
+  %0 = f32[] prim::Constant(), location=<module>@xla_dump.py:6, xla_shape=f32[]
+  %1 = f32[8,16]{1,0} aten::expand(%0), location=<module>@xla_dump.py:6, xla_shape=f32[8,16]{1,0}
+  %2 = f32[4,16]{1,0} xla::device_data(), location=convert@module.py:1357, xla_shape=f32[4,16]{1,0}
+}
+
+Graph Hash: 467e4d91f67cfc569e5d0b977e9a0c7b
+
+## END_GRAPH
+"""
+DUMP += DUMP.replace("convert@module.py:1357", "forward@linear.py:134")
+DUMP += DUMP.split("## END_GRAPH")[0].replace("8,16", "12,16").replace("467e4d91", "6b3dcf9f") + "## END_GRAPH\n"
+
+
+def test_explain_finds_the_first_ir_node_that_changed_and_its_line() -> None:
+    from tpubench import explain
+
+    graphs = explain.parse_graphs(DUMP)
+    assert [(g.index, g.hash[:8], g.frame, len(g.nodes)) for g in graphs] == [
+        (0, "467e4d91", "xla_dump.py:8", 3),
+        (1, "467e4d91", "xla_dump.py:8", 3),
+        (2, "6b3dcf9f", "xla_dump.py:8", 3),
+    ]
+    found = explain.recompiles(graphs)  # graph 1 is the same hash: a cache hit, no compile
+    assert [(f["graph"], f["compared_with"]) for f in found] == [(2, 0)]
+    assert found[0]["change"] == "f32[8,16] \N{RIGHTWARDS ARROW} f32[12,16] aten::expand at xla_dump.py:6"
+    same = explain.parse_graphs(DUMP.replace("467e4d91", "0badc0de", 1))[:2]
+    assert explain.first_difference(same[0], same[1]).startswith("same IR, different parameter sequence")

@@ -21,6 +21,7 @@ from tpubench.analysis import compiles as analysis
 from tpubench.analysis.changepoints import SERIES_KEYS
 from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.ops import _find_run, _label, _results_dir, _value
+from tpubench.cli.planning import pythons
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 
 #: backends that never compile a graph: they have no compile events to show
@@ -107,6 +108,10 @@ def show_compiles(
         bool,
         typer.Option(help="Re-run the run's spec with the backend's diagnostics (timings not comparable; not stored)."),
     ] = False,
+    python: Annotated[
+        list[str] | None,
+        typer.Option(help="--explain: BACKEND=INTERPRETER for its worker (e.g. xla=/venv-xla/bin/python); repeatable."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Events and summary (or the diff) as JSON.")] = False,
     results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
 ) -> None:
@@ -115,13 +120,16 @@ def show_compiles(
         raise BadInput(f"give one run, or two runs to diff their graphs; got {len(run_ids)}")
     if explain and len(run_ids) != 1:
         raise BadInput("--explain takes one run")
+    if python and not explain:
+        raise BadInput("--python is for --explain's worker")
+    interpreters = pythons(python)
     results_dir = _results_dir(results, local=explain)
     runs = [_compiling(_find_run(results_dir, run_id)) for run_id in run_ids]
     if explain:
         from tpubench import explain as diagnose  # torch-side code: only --explain needs it
 
         try:
-            diagnose.explain(Path(results_dir), runs[0], as_json, console)
+            diagnose.explain(Path(results_dir), runs[0], as_json, console, interpreters)
         except diagnose.ExplainError as error:
             raise BadInput(f"run {runs[0]['run_id']}: {error}") from error
     elif len(runs) == 2:
