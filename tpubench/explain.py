@@ -154,6 +154,20 @@ def recompiles(graphs: list[Graph]) -> list[dict[str, Any]]:
     return found
 
 
+def _hash_key(text: str) -> str:
+    return str(text).lower().removeprefix("0x")
+
+
+def _steps_by_hash(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The step in which the re-run's capture saw each XLA graph hash compile (its ``compiles``
+    rows), so a dumped graph can be named by the step that compiled it."""
+    found: dict[str, int] = {}
+    for row in rows:
+        if row.get("event") == "compile" and row.get("graph_id") and row.get("step") is not None:
+            found.setdefault(_hash_key(row["graph_id"]), int(row["step"]))
+    return found
+
+
 def spec_of(run: dict[str, Any]) -> RunSpec:
     """The run's spec, as far as the runs table keeps it, for a fresh diagnostic run."""
 
@@ -253,19 +267,31 @@ def explain(
         error = " ".join(str(result.get("error") or "").split())[:300]
         raise ExplainError(f"the diagnostic re-run {result['status']}: {error}")
     family = spec.backend.split("-")[0]
+    if rows := result.get("compiles"):  # the re-run's own capture, as `tpubench compiles` would print it
+        import pandas as pd
+
+        from tpubench.analysis.compiles import summary
+
+        found["summary"] = summary(pd.DataFrame(rows).assign(run_id=spec.run_id), spec.steps)
+        for line in found["summary"]:
+            quiet.print(f"re-run: {line}", highlight=False, markup=False)
     if family == "xla":
         dumps = sorted(folder.glob(f"{GRAPHS_FILE}*"))
         graphs = parse_graphs("".join(path.read_text() for path in dumps))
         found["graphs"] = len(graphs)
         found["recompiles"] = recompiles(graphs)
+        steps = _steps_by_hash(result.get("compiles") or [])
+        for item in found["recompiles"]:
+            item["step"] = steps.get(_hash_key(item["hash"]))
         quiet.print(
             f"XLA: {len(graphs)} synced graphs, {len({g.hash for g in graphs})} distinct; "
             f"{len(found['recompiles'])} recompiled at a sync line that had compiled before:",
             highlight=False,
         )
         for item in found["recompiles"]:
+            when = f"step {item['step']}, " if item["step"] is not None else ""
             quiet.print(
-                f"  graph {item['graph']} ({item['hash'][:12]}, sync at {item['sync_at'] or '?'}) vs graph "
+                f"  graph {item['graph']} ({when}{item['hash'][:12]}, sync at {item['sync_at'] or '?'}) vs graph "
                 f"{item['compared_with']}: {item['change']}",
                 highlight=False,
                 markup=False,
