@@ -271,8 +271,9 @@ def explain(
         import pandas as pd
 
         from tpubench.analysis.compiles import summary
+        from tpubench.schema import COMPILES
 
-        found["summary"] = summary(pd.DataFrame(rows).assign(run_id=spec.run_id), spec.steps)
+        found["summary"] = summary(pd.DataFrame(rows, columns=COMPILES.names), spec.steps)
         for line in found["summary"]:
             quiet.print(f"re-run: {line}", highlight=False, markup=False)
     if family == "xla":
