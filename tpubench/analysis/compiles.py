@@ -148,16 +148,26 @@ def _groups_text(rows: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def _causing(late: pd.DataFrame, compiled: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``late`` compiles split into those with a cause of their own and those that follow one:
+    a lazy backward compile follows its forward compile, and under xla-compile the XLA compiles
+    that carry a Dynamo compile's id follow that Dynamo compile. Counted apart, a Dynamo run's
+    "after warm-up" agrees with its ``recompiles_after_warmup``."""
+    dynamo_ids = set(compiled.loc[compiled["layer"] == "dynamo", "compile_id"].dropna())
+    follows = (late["cause"] == "lazy_backward") | ((late["layer"] == "xla") & late["compile_id"].isin(dynamo_ids))
+    return late[~follows], late[follows]
+
+
 def top_cause(events: pd.DataFrame) -> str | None:
     """The commonest cause and source line of the compiles after warm-up, in words
     (``shape change x2 at workloads/x.py:88``); None when there is none. What a compile-count
-    regression in ``compare`` and ``regressions`` names as its reason. A lazy backward compile
-    follows the forward compile that caused it, so it is named only when nothing else is."""
+    regression in ``compare`` and ``regressions`` names as its reason. Compiles that follow
+    another (:func:`_causing`) are named only when nothing else is."""
     rows = after_warmup(events)
     if rows.empty:
         return None
-    if (rows["cause"] != "lazy_backward").any():
-        rows = rows[rows["cause"] != "lazy_backward"]
+    caused, _ = _causing(rows, compile_rows(events))
+    rows = caused if not caused.empty else rows
     counted = rows.assign(_source=rows["source"].fillna("")).groupby(["cause", "_source"], dropna=False).size()
     (cause, source), n = counted.sort_values(ascending=False, kind="stable").index[0], int(counted.max())
     return f"{_words(cause)}{f' {TIMES}{n}' if n > 1 else ''}{_where(source)}"
@@ -175,8 +185,13 @@ def summary(events: pd.DataFrame, measured_steps: int | None = None) -> list[str
     layers = compiled["layer"].value_counts()
     split = f" ({', '.join(f'{n} {layer}' for layer, n in layers.items())})" if len(layers) > 1 else ""
     late = after_warmup(events)
+    caused, following = _causing(late, compiled)
     line = f"{len(compiled)} compile{'s' if len(compiled) != 1 else ''}{split}{total}"
-    line += f"; after warm-up {len(late)}" + (f" ({_groups_text(late)})" if not late.empty else "")
+    line += f"; after warm-up {len(caused)}" + (f" ({_groups_text(caused)})" if not caused.empty else "")
+    if not following.empty:
+        seconds = following["compile_s"].dropna()
+        cost = f", {_seconds(float(seconds.sum()))}" if not seconds.empty else ""
+        line += f", which brought {len(following)} more ({', '.join(following['layer'].value_counts().index)}{cost})"
     lines.append(line)
     for cause in dict.fromkeys(late["cause"].dropna()):
         if hint := cause_hint(cause):
