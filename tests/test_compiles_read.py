@@ -256,3 +256,26 @@ def test_explain_finds_the_first_ir_node_that_changed_and_its_line() -> None:
     assert found[0]["change"] == "f32[8,16] \N{RIGHTWARDS ARROW} f32[12,16] aten::expand at xla_dump.py:6"
     same = explain.parse_graphs(DUMP.replace("467e4d91", "0badc0de", 1))[:2]
     assert explain.first_difference(same[0], same[1]).startswith("same IR, different parameter sequence")
+
+
+@pytest.mark.slow
+def test_explain_on_xla_names_the_shape_that_changed_and_its_line(
+    tmp_path: Path, xla_python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real diagnostic re-run under torch_xla (PJRT CPU) of a run whose batch goes 8, 8, 12:
+    the third step's graph differs from the first's in the slice's shape, at the slice's line;
+    the re-run leaves no row in the store."""
+    from tests.conftest import TESTS_DIR
+    from tests.explain_workloads import SLICE_LINE
+
+    monkeypatch.setenv("TPUBENCH_WORKLOAD_MODULES", "explain_workloads")
+    monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+    results = tmp_path / "results"
+    run = run_row("xlashape01", "inv-x", backend="xla", workload="explain-shape", batch_size=16)
+    write(results, "inv-x", [{**run, "warmup_min_steps": 1, "measured_steps": 2}], [])
+    shown = in_process("compiles xlashape01 --explain", "--python", f"xla={xla_python}", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    assert "timings are not comparable" in shown.stdout
+    assert f"f32[8,16] \N{RIGHTWARDS ARROW} f32[12,16] xla::select at explain_workloads.py:{SLICE_LINE}" in shown.stdout
+    assert len(store.load_runs(results)) == 1 and store.load_compiles(results).empty
