@@ -279,3 +279,18 @@ def test_explain_on_xla_names_the_shape_that_changed_and_its_line(
     assert "timings are not comparable" in shown.stdout
     assert f"f32[8,16] \N{RIGHTWARDS ARROW} f32[12,16] xla::select at explain_workloads.py:{SLICE_LINE}" in shown.stdout
     assert len(store.load_runs(results)) == 1 and store.load_compiles(results).empty
+
+
+def test_explain_reads_dynamos_reasons_from_its_structured_trace() -> None:
+    """Lines of a real TORCH_TRACE log (torch 2.13, cpu-compile, batch 8 then 12), cut short."""
+    from tpubench import explain
+
+    trace = (
+        'V1202 12:45:19.314000 16369 torch/_dynamo/guards.py:5400] {"artifact": {"name": "recompile_reasons", '
+        '"encoding": "json"}, "frame_id": 0, "frame_compile_id": 1, "attempt": 0, "has_payload": "3ad6"}\n'
+        "\t0/0: tensor 'args[0]' size mismatch at index 0. expected 8, actual 12\n"
+        'V1202 12:45:19.315000 16369 torch/_dynamo/convert_frame.py:303] {"dynamo_start": {"stack": []}}\n'
+    )
+    assert explain.trace_reasons(trace) == [
+        "0/1 recompiled because 0/0: tensor 'args[0]' size mismatch at index 0. expected 8, actual 12"
+    ]

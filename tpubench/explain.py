@@ -35,7 +35,7 @@ from tpubench.spec import RunSpec
 #: XLA_SAVE_TENSORS_FILE's base name in the diagnostics folder (torch_xla appends ``.<ordinal>``)
 GRAPHS_FILE = "xla_graphs.txt"
 TRACE_DIR = "torch_trace"
-TLPARSE_HINT = "pip install tlparse (a Rust binary wheel, PyPI)"
+TLPARSE_HINT = "install it with `pip install tlparse`"
 NOT_COMPARABLE = "diagnostic re-run: its timings are not comparable with measured runs, and nothing is stored"
 
 _NODE = re.compile(r"^\s*%(\d+) = (\S+) (\S+?)\((.*?)\)(.*)$")
@@ -224,19 +224,46 @@ def _rerun(spec: RunSpec, folder: Path, pythons: dict[str, str]) -> dict[str, An
     return classify(outcome, spec.timeout_s)
 
 
+_ARTIFACT = re.compile(
+    r'"name": "(recompile_reasons|dynamo_graph_break_reason)".*?"frame_id": (\d+), "frame_compile_id": (\d+)'
+)
+
+
+def trace_reasons(text: str) -> list[str]:
+    """Each recompile's reasons and each graph break's reason in a ``TORCH_TRACE`` log, in order,
+    with Dynamo's compile id: what tlparse shows per compile, readable without it."""
+    found, lines = [], text.splitlines()
+    for index, line in enumerate(lines):
+        if not (match := _ARTIFACT.search(line)):
+            continue
+        payload = []
+        for following in lines[index + 1 :]:
+            if not following.startswith("\t"):
+                break
+            payload.append(following.strip())
+        kind, frame, attempt = match.groups()
+        what = "recompiled because" if kind == "recompile_reasons" else "graph break:"
+        text_ = " ".join(" ".join(payload).split())
+        found.append(f"{frame}/{attempt} {what} {text_[:300]}")
+    return found
+
+
 def _tlparse(trace: Path, console: Console) -> dict[str, Any]:
     logs = sorted(trace.glob("*.log")) if trace.is_dir() else []
     if not logs:
         console.print(f"Dynamo: no structured trace was written under {trace}", highlight=False)
         return {"torch_trace": None}
+    reasons = trace_reasons(logs[0].read_text(errors="replace"))
+    for reason in reasons:
+        console.print(f"Dynamo {reason}", highlight=False, markup=False)
     tool = shutil.which("tlparse")
     if tool is None:
         console.print(
-            f"Dynamo: structured trace {logs[0]}; tlparse renders it as pages per compile ({TLPARSE_HINT}), "
+            f"Dynamo: structured trace {logs[0]}; tlparse renders it as a page per compile ({TLPARSE_HINT}); "
             f"then: tlparse {logs[0]} -o {trace.parent / 'tlparse'} --no-browser",
             highlight=False,
         )
-        return {"torch_trace": str(logs[0]), "tlparse": None}
+        return {"torch_trace": str(logs[0]), "reasons": reasons, "tlparse": None}
     out = trace.parent / "tlparse"
     done = subprocess.run(
         [tool, str(logs[0]), "-o", str(out), "--no-browser", "--overwrite"], capture_output=True, text=True
@@ -244,9 +271,9 @@ def _tlparse(trace: Path, console: Console) -> dict[str, Any]:
     index = out / "index.html"
     if done.returncode != 0 or not index.exists():
         console.print(f"Dynamo: tlparse failed on {logs[0]}: {done.stderr.strip()[-300:]}", highlight=False)
-        return {"torch_trace": str(logs[0]), "tlparse": None}
+        return {"torch_trace": str(logs[0]), "reasons": reasons, "tlparse": None}
     console.print(f"Dynamo: tlparse's report of every compile and graph break: {index}", highlight=False)
-    return {"torch_trace": str(logs[0]), "tlparse": str(index)}
+    return {"torch_trace": str(logs[0]), "reasons": reasons, "tlparse": str(index)}
 
 
 def explain(
