@@ -130,19 +130,22 @@ def test_top_cause_is_what_a_compile_regression_names(results: Path) -> None:
     assert analysis.top_cause(analysis.run_events(compiles, "eager0001")) is None
 
 
-def test_compare_names_a_compile_regression_with_its_cause_and_line(results: Path) -> None:
+@pytest.mark.parametrize(("before", "after", "said"), [(0, 2, "none in the baseline"), (1, 2, "1 in the baseline")])
+def test_compare_names_a_compile_regression_with_its_cause_and_line(
+    results: Path, before: int, after: int, said: str
+) -> None:
     compiles = loaded(results)
     base, test = (
         store.to_table([run_row(run_id, invocation, recompiles_after_warmup=n)], "runs").to_pandas()
-        for run_id, invocation, n in (("base0001", "inv-0", 0), ("shape0001", "inv-a", 2))
+        for run_id, invocation, n in (("base0001", "inv-0", before), ("shape0001", "inv-a", after))
     )
     empty = store.to_table([], "steps").to_pandas()
     frame = compare.compare_runs(base, test, empty, empty, compiles=compiles)
     row = frame[frame["metric"] == "recompiles"].iloc[0]
     assert row["verdict"] == "regressed"
-    assert row["reason"].startswith(
-        f"2 compilation(s) after warm-up, none in the baseline: shape change {X}2 at {SHAPE_LINE}"
-    )
+    assert row["reason"].startswith(f"2 compilation(s) after warm-up, {said}: shape change {X}2 at {SHAPE_LINE}")
+    same = compare.compare_runs(test.assign(run_id="other001"), test, empty, empty, compiles=compiles)
+    assert "recompiles" not in set(same["metric"])  # as many as the baseline: not a regression
 
 
 # --- the command ---------------------------------------------------------------------
