@@ -297,3 +297,12 @@ def test_explain_reads_dynamos_reasons_from_its_structured_trace() -> None:
     assert explain.trace_reasons(trace) == [
         "0/1 recompiled because 0/0: tensor 'args[0]' size mismatch at index 0. expected 8, actual 12"
     ]
+
+
+def test_compiles_without_a_run_lists_the_runs_with_events(results: Path) -> None:
+    shown = in_process("compiles --json --results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    listed = {row["run_id"]: row for row in json.loads(shown.stdout)}
+    assert set(listed) == {"shape0001", "limit0001", "xlaa0001", "xlab0001"}
+    assert (listed["shape0001"]["after_warmup"], listed["shape0001"]["graph_breaks"]) == (2, 1)
+    assert listed["limit0001"]["limit_hit"] is True

@@ -158,6 +158,12 @@ def _causing(late: pd.DataFrame, compiled: pd.DataFrame) -> tuple[pd.DataFrame, 
     return late[~follows], late[follows]
 
 
+def recompiles(events: pd.DataFrame) -> pd.DataFrame:
+    """One run's compiles after warm-up that have a cause of their own (:func:`_causing`):
+    what its ``recompiles_after_warmup`` counts."""
+    return _causing(after_warmup(events), compile_rows(events))[0]
+
+
 def top_cause(events: pd.DataFrame) -> str | None:
     """The commonest cause and source line of the compiles after warm-up, in words
     (``shape change x2 at workloads/x.py:88``); None when there is none. What a compile-count

@@ -23,7 +23,10 @@ from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.ops import _find_run, _label, _results_dir, _value
 from tpubench.cli.planning import pythons
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.spec import DIMENSIONS
 
+#: the runs columns a run's label is made of (tpubench ops' ``_label``)
+_LABEL_COLUMNS = ("workload", "size", "backend", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len")
 #: backends that never compile a graph: they have no compile events to show
 EAGER_BACKENDS = ("cpu", "cuda")
 
@@ -101,9 +104,11 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 @app.command("compiles")
 def show_compiles(
     run_ids: Annotated[
-        list[str],
-        typer.Argument(metavar="RUN_ID [RUN_B]", help="A run (id or unique prefix); two runs: their graph diff."),
-    ],
+        list[str] | None,
+        typer.Argument(
+            metavar="[RUN_ID [RUN_B]]", help="A run (id or unique prefix); two runs: their graph diff; none: a list."
+        ),
+    ] = None,
     explain: Annotated[
         bool,
         typer.Option(help="Re-run the run's spec with the backend's diagnostics (timings not comparable; not stored)."),
@@ -116,8 +121,12 @@ def show_compiles(
     results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
 ) -> None:
     """Why a run compiled: one row per compile, graph break, host read and fallback, then a summary."""
+    run_ids = run_ids or []
     if len(run_ids) > 2:
         raise BadInput(f"give one run, or two runs to diff their graphs; got {len(run_ids)}")
+    if not run_ids and not explain:
+        _list(_results_dir(results), as_json)
+        return
     if explain and len(run_ids) != 1:
         raise BadInput("--explain takes one run")
     if python and not explain:
@@ -192,3 +201,45 @@ def _diff(results_dir: Path | str, base_run: dict[str, Any], test_run: dict[str,
         f"{counts['base']} graph(s) in the base, {counts['test']} in the test",
         highlight=False,
     )
+
+
+def _list(results_dir: Path | str, as_json: bool) -> None:
+    """The runs that have compile events, with their counts: where to look first."""
+    try:
+        runs = store.load_runs(results_dir)
+    except store.StoreError as error:
+        raise BadInput(str(error)) from error
+    events = store.load_compiles(results_dir)
+    compiled = analysis.compile_rows(events)
+    counts = pd.DataFrame(
+        {
+            "compiles": compiled.groupby("run_id").size(),
+            "after_warmup": {run_id: len(analysis.recompiles(rows)) for run_id, rows in events.groupby("run_id")},
+            "graph_breaks": events[events["event"] == "graph_break"].groupby("run_id").size(),
+            "limit_hit": events[events["event"] == "recompile_limit"].groupby("run_id").size() > 0,
+        }
+    )
+    chosen = runs.loc[runs["run_id"].isin(counts.index), ["run_id", *_LABEL_COLUMNS]]
+    listing = chosen.set_index("run_id").join(counts).reset_index()
+    listing["run"] = [_label(run) for run in listing.to_dict("records")]
+    listing = listing[["run_id", "run", "compiles", "after_warmup", "graph_breaks", "limit_hit"]]
+    listing = listing.fillna({"compiles": 0, "after_warmup": 0, "graph_breaks": 0, "limit_hit": False})
+    if as_json:
+        print(json.dumps(_records(listing), indent=1))
+        return
+    if listing.empty:
+        console.print(f"no run in {results_dir} has compile events; compiling backends record them as they run")
+        return
+    table = Table(title=f"runs with compile events in {results_dir}")
+    for header in ("run id", "run", "compiles", "after warm-up", "graph breaks", "recompile limit"):
+        table.add_column(header)
+    for row in listing.to_dict("records"):
+        table.add_row(
+            row["run_id"],
+            row["run"],
+            str(int(row["compiles"])),
+            str(int(row["after_warmup"])),
+            str(int(row["graph_breaks"])),
+            "hit" if row["limit_hit"] else "",
+        )
+    console.print(table)
