@@ -63,3 +63,13 @@ def xla_python(monkeypatch: pytest.MonkeyPatch) -> str:
         pytest.skip("TPUBENCH_XLA_PYTHON does not name a torch_xla interpreter (see .ci/run)")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     return python
+
+
+@pytest.fixture
+def compile_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register tests/compile_workloads.py (workloads that recompile, break graphs, fall back,
+    and the cheap ``cpu-compile-eager`` backend) here and in every worker."""
+    monkeypatch.setenv("TPUBENCH_WORKLOAD_MODULES", "compile_workloads")
+    monkeypatch.setenv("TPUBENCH_BACKEND_MODULES", "compile_workloads")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(TESTS_DIR))

@@ -10,18 +10,23 @@ synchronised time, before the backend's ``after_step`` (XLA's graph cut and laun
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from tpubench.backends import Backend
+from tpubench.compiles import Capture
 from tpubench.hostload import HostLoad, HostLoadMeter
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
 from workloads import Instance
 
 PhaseCallback = Callable[[str, int, int], None]
+
+
+class RecompileError(RuntimeError):
+    """``--fail-on-recompile``: the backend compiled during a measured step."""
 
 
 @dataclass
@@ -31,6 +36,9 @@ class StepRecord:
     step_ms: float  # synchronised: the device finished the step
     host_ms: float  # until the step function returned, before the backend's sync
     compile_count: int | None  # cumulative, after the step
+    compile_s: float | None = None  # seconds compiled during the step (captured; None: unknown)
+    executions: int | None = None  # XLA: graph executions during the step
+    host_reads: int | None = None  # XLA: device-to-host transfers during the step
 
 
 @dataclass
@@ -59,14 +67,16 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
 
     The inference step returns its output so the caller can keep it alive until the
     device has computed it; the training step's results are the updated parameters.
+    A workload with a ``batch_schedule`` gets its n-th batch at its n-th call.
     """
-    workload, batch = instance.workload, instance.batch
+    workload = instance.workload
+    next_batch = batch_feed(instance)
     if mode == "train":
         model.train()
         optimizer = torch.optim.AdamW(instance.model.parameters(), lr=1e-4)
 
         def train_step() -> None:
-            workload.loss(model, batch).backward()
+            workload.loss(model, next_batch()).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
@@ -76,10 +86,36 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
 
         def infer_step() -> Any:
             with torch.no_grad():
-                return workload.forward(model, batch)
+                return workload.forward(model, next_batch())
 
         return infer_step
     raise ValueError(f"unknown mode {mode!r}; valid: train, infer")
+
+
+def batch_feed(instance: Instance) -> Callable[[], Any]:
+    """The batch of each call: the instance's own, or, for a workload with a
+    ``batch_schedule`` (test workloads that change shape on purpose), one batch per listed
+    batch size, built up front on the instance's device, the last one repeated."""
+    schedule = instance.workload.batch_schedule
+    if not schedule:
+        return lambda: instance.batch
+    device = next(iter(instance.batch.values())).device
+    config = instance.workload.config(instance.size)
+    generator = torch.Generator().manual_seed(0)
+    make = instance.workload.make_batch
+    built = {
+        size: {
+            key: value.to(device)
+            for key, value in make(config, replace(instance.shape, batch_size=size), generator).items()
+        }
+        for size in dict.fromkeys(schedule)
+    }
+    calls = iter(range(1 << 62))
+
+    def feed() -> Any:
+        return built[schedule[min(next(calls), len(schedule) - 1)]]
+
+    return feed
 
 
 def make_generation_step(
@@ -128,21 +164,37 @@ def make_generation_step(
 
 
 def run_protocol(
-    spec: RunSpec, backend: Backend, step: Callable[[], Any], on_phase: PhaseCallback = lambda phase, i, n: None
+    spec: RunSpec,
+    backend: Backend,
+    step: Callable[[], Any],
+    on_phase: PhaseCallback = lambda phase, i, n: None,
+    capture: Capture | None = None,
 ) -> Measurement:
-    """Time ``step`` per the protocol in this module's docstring and return every sample."""
+    """Time ``step`` per the protocol in this module's docstring and return every sample.
+
+    ``capture`` (:mod:`tpubench.compiles`) is told of each step before and after its timed
+    region, so its bookkeeping is never part of a step's time. With
+    ``spec.fail_on_recompile`` a compile during a measured step raises :class:`RecompileError`.
+    """
     timer = backend.timer()
     records: list[StepRecord] = []
 
     def timed(phase: str, index: int) -> int | None:
+        if capture:
+            capture.before_step(index, phase)
         timer.start()
         output = step()  # held until the device is done: a lazy backend skips dead outputs
         host = timer.lap()
         backend.after_step()
         elapsed = timer.stop()
         del output
+        backend.step_finished()
         count = backend.compile_count()
-        records.append(StepRecord(index, phase, elapsed, host, count))
+        record = StepRecord(index, phase, elapsed, host, count)
+        if capture:
+            facts = capture.after_step(index, phase)
+            record.compile_s, record.executions, record.host_reads = facts.compile_s, facts.executions, facts.host_reads
+        records.append(record)
         return count
 
     before = backend.compile_count()
@@ -157,11 +209,16 @@ def run_protocol(
         count = timed("warmup", warm)
         changed, previous = count != previous, count
     settled_count = previous
+    if capture:
+        capture.after_warmup(spec.fail_on_recompile)
 
     meter = HostLoadMeter()
     for i in range(spec.steps):
         on_phase("measure", i, spec.steps)
-        timed("measure", warm + 1 + i)
+        count = timed("measure", warm + 1 + i)
+        if spec.fail_on_recompile and count != previous:
+            raise RecompileError(recompile_message(warm + 1 + i, capture))
+        previous = count
     host_load = meter.stop()
 
     final_count = backend.compile_count()
@@ -177,3 +234,16 @@ def run_protocol(
         records=records,
         host_load=host_load,
     )
+
+
+def recompile_message(step: int, capture: Capture | None) -> str:
+    """``--fail-on-recompile``'s error: the step, and the compile's cause and line where captured."""
+    found = [e for e in (capture.events if capture else []) if e.step == step and e.event == "compile"]
+    found = [e for e in found if e.cache != "memory_hit"]
+    if not found:
+        return f"compiled after warm-up, at step {step} (cause not captured)"
+    described = "; ".join(
+        f"{e.layer} {e.cause or 'unknown'} at {e.source or 'an unknown line'}" + (f" ({e.raw})" if e.raw else "")
+        for e in found
+    )
+    return f"compiled after warm-up, at step {step}: {described}"

@@ -54,6 +54,8 @@ class RunSpec:
     tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)
     verify: bool = False  # also compare outputs with a CPU float32 reference (tpubench.verify)
     init_dtype: str | None = None  # the dtype weights are drawn in, if not ``dtype`` (--verify's reference)
+    capture_compiles: bool = True  # record the compiles table (tpubench/compiles/); off to measure its cost
+    fail_on_recompile: bool = False  # a compile after warm-up fails the run, with its cause and line
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:

@@ -30,7 +30,7 @@ import numpy as np
 import psutil
 import torch
 
-from tpubench import TpubenchWarning, peaks, verify
+from tpubench import TpubenchWarning, compiles, peaks, verify
 from tpubench.backends import BACKENDS, Backend, get_backend
 from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
@@ -105,6 +105,9 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     if row.get("status") == "skipped":
         return row
 
+    capture = backend.compile_capture(spec) if spec.capture_compiles else None
+    if capture:
+        capture.start()
     channel.send("phase", phase="build", step=0, of=1)
     dtype = getattr(torch, spec.dtype)
     instance = build(workload, spec.size, device=backend.device(), dtype=dtype, shape=shape_of(spec))
@@ -118,7 +121,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         else:
             step = make_step(instance, model, spec.mode)
         measured = run_protocol(
-            spec, backend, step, lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n)
+            spec, backend, step, lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n), capture
         )
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
@@ -132,16 +135,19 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
+        if capture:  # the traced steps' compiles: after the measured ones, phase "profiled"
+            capture.before_step(len(measured.records), "profile")
         trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
         channel.send("phase", phase="ingest", step=0, of=1)
         row |= ingest_trace(trace_path, spec.profile_steps)
+    row |= compile_columns(spec, capture, measured)
     return {
         **row,
         "status": "ok",
         "compile_cache": spec.compile_cache,
         "trace_path": trace_path,
         **parameter_columns(workload, config, instance.model),
-        "warnings": run_notes(caught, measured),
+        "warnings": run_notes(caught, measured, capture.notes if capture else []),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
 
@@ -159,6 +165,24 @@ def ingest_trace(trace_path: str, profile_steps: int) -> dict[str, Any]:
         traceback.print_exc()
         columns["ops_error"] = f"{type(error).__name__}: {error}"
     return columns
+
+
+def compile_columns(spec: RunSpec, capture: compiles.Capture | None, measured: Measurement) -> dict[str, Any]:
+    """The runs table's compile columns, and the run's ``compiles`` rows (popped by the
+    runner like ``steps``). Without a capture (capture off, or a backend that compiles
+    nothing) the columns stay null."""
+    if capture is None:
+        return {"capture_compiles": spec.capture_compiles}
+    capture.finish()
+    columns = {
+        "capture_compiles": True,
+        **compiles.run_columns(capture.events, measured.records),
+        **capture.columns(),
+    }
+    for key in ("graph_break_ids", "recompile_causes", "missing_lowerings"):
+        if isinstance(columns.get(key), dict):
+            columns[key] = json.dumps(columns[key], sort_keys=True)
+    return {**columns, "compiles": compiles.rows(capture.events)}
 
 
 def shape_of(spec: RunSpec) -> Shape:
@@ -246,9 +270,15 @@ def throughput_columns(
     }
 
 
-def run_notes(caught: list[warnings.WarningMessage], measured: Measurement) -> str | None:
-    """tpubench's own warnings (no peak for this device, a missing private API) for the row."""
+def run_notes(
+    caught: list[warnings.WarningMessage],
+    measured: Measurement,
+    capture_notes: list[str] = (),  # type: ignore[assignment]
+) -> str | None:
+    """tpubench's own warnings (no peak for this device, a missing private API, a recompile
+    limit hit) for the row."""
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, TpubenchWarning)))
+    notes += capture_notes
     if not measured.warmup_settled:
         notes.append(f"compile count still changing after {measured.warmup_steps} warm-up steps")
     if measured.host_load and (busy := busy_warning(measured.host_load)):

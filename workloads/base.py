@@ -109,6 +109,10 @@ class Workload:
     published: Mapping[str, Published] = field(default_factory=dict)
     size_suites: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     active_params: Callable[[Any], int] | None = None  # MoE: parameters active per token
+    #: batch size of each step in order (the first step's first), the last one repeated; empty:
+    #: every step takes the run's batch. For test workloads that change shape on purpose, to
+    #: check what a run records about recompiles (tests/compile_workloads.py)
+    batch_schedule: tuple[int, ...] = ()
 
     @property
     def suite(self) -> str:

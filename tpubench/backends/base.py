@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # torch is imported where a worker uses it: the registry stay
     from torch import nn
     from torch.profiler import ProfilerActivity
 
+    from tpubench.compiles import Capture
+
 
 @dataclass(frozen=True)
 class Availability:
@@ -133,6 +135,15 @@ class Backend(ABC):
             self.after_step()
             del output
         self.synchronize()
+
+    def step_finished(self) -> None:
+        """Called after each timed step, outside its timed region: bookkeeping that must see
+        every step (torch_xla's counters, which xla-compile's bridge resets on each compile)."""
+
+    def compile_capture(self, spec: RunSpec) -> Capture | None:
+        """What records this backend's compiles for the ``compiles`` table (tpubench/compiles/);
+        None where nothing compiles. Called after :meth:`setup`, before the model is built."""
+        return None
 
     def compile_count(self) -> int | None:
         """Graphs compiled so far in this process; None where the notion does not apply."""

@@ -23,6 +23,8 @@ from tpubench.spec import RunSpec
 if TYPE_CHECKING:
     import torch
 
+    from tpubench.compiles import Capture
+
 
 def compile_count() -> int:
     """Distinct graphs Dynamo has compiled in this process (a recompile adds one)."""
@@ -101,6 +103,11 @@ class InductorCompiled:
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         return compile_model(model)
+
+    def compile_capture(self, spec: RunSpec) -> Capture | None:
+        from tpubench.compiles.dynamo import DynamoCapture
+
+        return DynamoCapture(shared_cache=bool(spec.compile_cache))
 
     def compile_count(self) -> int:
         return compile_count()

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from tpubench.compiles import Capture
+
 GOOGLE_PCI_VENDOR = "0x1ae0"
 #: PCI device id -> chip, as TorchTPU's hardware table has it (devices per chip: tpubench.peaks)
 PCI_DEVICE_TO_CHIP = {
@@ -374,6 +376,11 @@ class TpuBackend(Backend):
     def extra_metrics(self) -> dict[str, Any]:
         return {"tpu_eager_mode": self.eager_mode, "tpu_cache_stats": tpu_cache_stats()}
 
+    def compile_capture(self, spec: RunSpec) -> Capture | None:
+        from tpubench.compiles.tpu import TpuCapture
+
+        return TpuCapture(tpu_cache_stats)
+
     def profile(self, step: Callable[[], Any], steps: int, logdir: str) -> str:
         """TorchTPU's profiler: an xplane trace in XProf's layout under ``logdir``."""
         from torch_tpu._internal.profiler import profile, xprof_trace_handler
@@ -389,3 +396,11 @@ class TpuCompileBackend(TpuBackend):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         return dynamo.compile_model(super().prepare(model), backend="tpu")
+
+    def compile_capture(self, spec: RunSpec) -> Capture | None:
+        """Dynamo's records (with the seconds) and TorchTPU's counters."""
+        from tpubench.compiles import Captures
+        from tpubench.compiles.dynamo import DynamoCapture
+        from tpubench.compiles.tpu import TpuCapture
+
+        return Captures(DynamoCapture(shared_cache=bool(spec.compile_cache)), TpuCapture(tpu_cache_stats))

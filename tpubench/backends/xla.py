@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from tpubench.compiles import Capture
+    from tpubench.compiles.xla import CounterTotals
+
 #: metrics counters reported per run, and the columns they become
 CACHE_COUNTERS = {
     "compile_cache_hits": "PersistentCacheHit",
@@ -61,6 +64,9 @@ class XlaBackend(Backend):
     description = "PyTorch/XLA lazy tensors on the PJRT device (PJRT_DEVICE: TPU, CPU or CUDA)"
 
     root = Path("/")  # where the PCI bus and /dev/vfio are read: a fake sysfs in the tests
+    counters: CounterTotals | None = None  # torch_xla's counters over the run's steps (set up by setup)
+    debug_file: str | None = None  # where PT_XLA_DEBUG writes its compilation analyses
+    cache_dir: str | None = None  # the persistent compilation cache, if any
 
     @property
     def device_kind(self) -> str:  # type: ignore[override]
@@ -106,11 +112,30 @@ class XlaBackend(Backend):
         return Availability(True, device_name=name, device_count=count, versions=versions)
 
     def setup(self, spec: RunSpec) -> None:
-        """Turn on XLA's persistent compilation cache; it must precede any XLA computation."""
+        """Turn on XLA's persistent compilation cache and, to capture compiles, PT_XLA_DEBUG's
+        analyses (torch_xla reads both once: they must precede any XLA computation)."""
+        from tpubench.compiles.xla import CounterTotals, debug_env
+
+        if spec.capture_compiles:
+            variables = debug_env()
+            os.environ.update(variables)
+            self.debug_file = variables["PT_XLA_DEBUG_FILE"]
         if spec.compile_cache:
             import torch_xla.runtime as xr
 
-            xr.initialize_cache(os.path.join(spec.compile_cache, "xla"), readonly=False)
+            self.cache_dir = os.path.join(spec.compile_cache, "xla")
+            xr.initialize_cache(self.cache_dir, readonly=False)
+        self.counters = CounterTotals()
+        self.counters.start()
+
+    def step_finished(self) -> None:
+        if self.counters is not None:
+            self.counters.sample()
+
+    def compile_capture(self, spec: RunSpec) -> Capture | None:
+        from tpubench.compiles.xla import CounterTotals, XlaCapture
+
+        return XlaCapture(self.counters or CounterTotals(), self.debug_file, self.cache_dir)
 
     def device(self) -> torch.device:
         import torch_xla
@@ -162,15 +187,22 @@ class XlaBackend(Backend):
             return None
 
     def extra_metrics(self) -> dict[str, Any]:
+        """Totals over the run's steps (:class:`CounterTotals`), not the counters' values at
+        the end: xla-compile's bridge clears the counters on every Dynamo compile."""
         import torch_xla.debug.metrics as met
 
+        from tpubench.compiles.xla import CounterTotals
+
+        if self.counters is None:  # a backend used without setup (a test's own protocol)
+            self.counters = CounterTotals()
+        self.counters.sample()
+        totals = self.counters.totals
         execute = met.metric_data("ExecuteTime")
-        fallbacks = {name: met.counter_value(name) for name in met.executed_fallback_ops()}
         return {
             "execute_s": execute[1] / 1e9 if execute else 0.0,
-            "cached_compiles": met.counter_value("CachedCompile") or 0,
-            "fallback_ops": fallbacks,
-            **{column: met.counter_value(counter) or 0 for column, counter in CACHE_COUNTERS.items()},
+            "cached_compiles": totals.get("CachedCompile", 0),
+            "fallback_ops": self.counters.fallbacks(),
+            **{column: totals.get(counter, 0) for column, counter in CACHE_COUNTERS.items()},
         }
 
     def profile(self, step: Callable[[], Any], steps: int, logdir: str) -> str:
@@ -198,3 +230,12 @@ class XlaCompileBackend(XlaBackend):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         return dynamo.compile_model(model, backend="openxla")
+
+    def compile_capture(self, spec: RunSpec) -> Capture | None:
+        """XLA's compiles (whose seconds are the run's ``compile_s``), joined to Dynamo's."""
+        from tpubench.compiles.dynamo import DynamoCapture
+        from tpubench.compiles.xla import XlaCompileCaptures
+
+        xla = super().compile_capture(spec)
+        assert xla is not None
+        return XlaCompileCaptures(xla, DynamoCapture(shared_cache=bool(spec.compile_cache), seconds_layer=False))

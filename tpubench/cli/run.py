@@ -105,6 +105,12 @@ def run(
         typer.Option(help="Shared compilation cache (DIR/xla, DIR/inductor); default: a fresh, cold one per run."),
     ] = None,
     verify: Annotated[bool, typer.Option(help="Compare outputs with a CPU float32 reference.")] = False,
+    capture_compiles: Annotated[
+        bool, typer.Option(help="Record each compile, graph break and host read (the compiles table).")
+    ] = True,
+    fail_on_recompile: Annotated[
+        bool, typer.Option(help="Fail a run that compiles after warm-up, naming the cause and line.")
+    ] = False,
     tpu_eager_mode: Annotated[
         str | None, typer.Option(help=f"TorchTPU eager mode for tpu backends: {' or '.join(EAGER_MODES)}.")
     ] = None,
@@ -139,6 +145,8 @@ def run(
         compile_cache=str(compile_cache) if compile_cache else None,
         tpu_eager_mode=tpu_eager_mode,
         verify=verify,
+        capture_compiles=capture_compiles,
+        fail_on_recompile=fail_on_recompile,
     )
     out = Console(stderr=True) if as_json else console
     for note in left_out(choice.workloads, choice.sizes, choice.modes):
