@@ -262,12 +262,31 @@ def test_explain_finds_the_first_ir_node_that_changed_and_its_line() -> None:
 
 
 @pytest.mark.slow
-def test_explain_on_xla_names_the_shape_that_changed_and_its_line(
+def test_explain_on_xla_names_the_shape_that_changed_the_step_and_the_line(
+    tmp_path: Path, xla_python: str, compile_workloads: None
+) -> None:
+    """A real diagnostic re-run under torch_xla (PJRT CPU) of the recompile-shape workload
+    (batches 8, 8, 12, 8, 16 from the harness): step 2's graph differs from step 1's in its
+    input's shape, first used at torch's Linear line; the re-run leaves no row in the store."""
+    results = tmp_path / "results"
+    run = run_row("xlashape01", "inv-x", backend="xla", warmup_min_steps=1, measured_steps=2)
+    write(results, "inv-x", [run], [])
+    shown = in_process("compiles xlashape01 --explain", "--python", f"xla={xla_python}", "--results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    assert "timings are not comparable" in shown.stdout
+    arrow = "\N{RIGHTWARDS ARROW}"
+    assert (
+        "(step 2, " in shown.stdout and f"f32[8,16] {arrow} f32[12,16] xla::device_data at linear.py:" in shown.stdout
+    )
+    assert len(store.load_runs(results)) == 1 and store.load_compiles(results).empty
+
+
+@pytest.mark.slow
+def test_explain_on_xla_names_the_users_line_where_the_shape_came_in(
     tmp_path: Path, xla_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A real diagnostic re-run under torch_xla (PJRT CPU) of a run whose batch goes 8, 8, 12:
-    the third step's graph differs from the first's in the slice's shape, at the slice's line;
-    the re-run leaves no row in the store."""
+    """When the user's code makes the shape (a slice of the batch), the changed node is named
+    at that line."""
     from tests.conftest import TESTS_DIR
     from tests.explain_workloads import SLICE_LINE
 
@@ -275,13 +294,11 @@ def test_explain_on_xla_names_the_shape_that_changed_and_its_line(
     monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
     monkeypatch.syspath_prepend(str(TESTS_DIR))
     results = tmp_path / "results"
-    run = run_row("xlashape01", "inv-x", backend="xla", workload="explain-shape", batch_size=16)
+    run = run_row("xlaslice01", "inv-x", backend="xla", workload="explain-shape", batch_size=16)
     write(results, "inv-x", [{**run, "warmup_min_steps": 1, "measured_steps": 2}], [])
-    shown = in_process("compiles xlashape01 --explain", "--python", f"xla={xla_python}", "--results", str(results))
+    shown = in_process("compiles xlaslice01 --explain", "--python", f"xla={xla_python}", "--results", str(results))
     assert shown.returncode == 0, shown.stderr
-    assert "timings are not comparable" in shown.stdout
     assert f"f32[8,16] \N{RIGHTWARDS ARROW} f32[12,16] xla::select at explain_workloads.py:{SLICE_LINE}" in shown.stdout
-    assert len(store.load_runs(results)) == 1 and store.load_compiles(results).empty
 
 
 def test_explain_reads_dynamos_reasons_from_its_structured_trace() -> None:

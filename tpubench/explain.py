@@ -97,15 +97,47 @@ def _where(location: str) -> str:
     return location.rsplit("@", 1)[-1] if location else "an unknown line"
 
 
-def first_difference(before: Graph, after: Graph) -> str:
+def library_files() -> frozenset[str]:
+    """The file names of torch's and torch_xla's Python sources, as XLA_IR_DEBUG names a node's
+    file (``linear.py``): a changed node made there is not where the user's code changed it."""
+    import importlib.util
+
+    names: set[str] = set()
+    for package in ("torch", "torch_xla", "torch_tpu"):
+        spec = importlib.util.find_spec(package)
+        folders = (spec.submodule_search_locations or []) if spec is not None else []
+        for folder in folders:
+            names.update(path.name for path in Path(folder).rglob("*.py"))
+    return frozenset(names)
+
+
+def _changed(old: Node, new: Node) -> str:
+    if old.op == new.op and old.shape != new.shape:
+        return f"{old.shape} \N{RIGHTWARDS ARROW} {new.shape} {new.op} at {_where(new.location)}"
+    return f"{old.shape} {old.op} \N{RIGHTWARDS ARROW} {new.shape} {new.op} at {_where(new.location)}"
+
+
+def first_difference(before: Graph, after: Graph, library: frozenset[str] = frozenset()) -> str:
     """What changed from ``before`` to ``after``, in one phrase: the first node that differs
-    ("f32[8,16] → f32[12,16] aten::expand at x.py:6"), or the same IR under another hash."""
-    for old, new in zip(before.nodes, after.nodes, strict=False):
-        if old.key == new.key:
-            continue
-        if old.op == new.op and old.shape != new.shape:
-            return f"{old.shape} \N{RIGHTWARDS ARROW} {new.shape} {new.op} at {_where(new.location)}"
-        return f"{old.shape} {old.op} \N{RIGHTWARDS ARROW} {new.shape} {new.op} at {_where(new.location)}"
+    ("f32[8,16] → f32[12,16] aten::expand at x.py:6"), or the same IR under another hash.
+
+    XLA_IR_DEBUG records only the innermost frame of each node, often a torch module's line
+    (``linear.py:134``); so when that node was made in a file of ``library``, the first
+    changed node made outside it (the user's line) is named too."""
+    changed = [(old, new) for old, new in zip(before.nodes, after.nodes, strict=False) if old.key != new.key]
+    if changed:
+        text = _changed(*changed[0])
+        if _where(changed[0][1].location).split(":")[0] in library:
+            user = next(
+                (
+                    pair
+                    for pair in changed
+                    if pair[1].location and _where(pair[1].location).split(":")[0] not in library
+                ),
+                None,
+            )
+            text += f"; in your code: {_changed(*user)}" if user else ""
+        return text
     if len(before.nodes) != len(after.nodes):
         extra = (after.nodes if len(after.nodes) > len(before.nodes) else before.nodes)[
             min(len(before.nodes), len(after.nodes))
@@ -124,7 +156,7 @@ def _common_prefix(a: Graph, b: Graph) -> int:
     return count
 
 
-def recompiles(graphs: list[Graph]) -> list[dict[str, Any]]:
+def recompiles(graphs: list[Graph], library: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """One finding per graph that XLA compiled again at a sync frame that had compiled before:
     the graph, the earlier graph it is compared with (the most alike there: the longest run of
     the same ops, the nearest on a tie; each named by the sync where its hash first compiled)
@@ -148,7 +180,7 @@ def recompiles(graphs: list[Graph]) -> list[dict[str, Any]]:
                 "sync_at": graph.frame,
                 "compared_with": nearest.index,
                 "compared_hash": nearest.hash,
-                "change": first_difference(nearest, graph),
+                "change": first_difference(nearest, graph, library),
             }
         )
     return found
@@ -307,7 +339,7 @@ def explain(
         dumps = sorted(folder.glob(f"{GRAPHS_FILE}*"))
         graphs = parse_graphs("".join(path.read_text() for path in dumps))
         found["graphs"] = len(graphs)
-        found["recompiles"] = recompiles(graphs)
+        found["recompiles"] = recompiles(graphs, library_files())
         steps = _steps_by_hash(result.get("compiles") or [])
         for item in found["recompiles"]:
             item["step"] = steps.get(_hash_key(item["hash"]))

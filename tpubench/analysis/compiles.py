@@ -117,7 +117,14 @@ def run_events(compiles: pd.DataFrame, run_id: str) -> pd.DataFrame:
 
 
 def compile_rows(events: pd.DataFrame) -> pd.DataFrame:
-    return events[events["event"] == "compile"]
+    """The compiles that were paid for: ``compile`` rows other than in-memory cache hits (XLA's
+    ``CachedCompile``: the graph was found compiled in this process, so nothing compiled)."""
+    return events[(events["event"] == "compile") & (events["cache"] != "memory_hit")]
+
+
+def memory_hits(events: pd.DataFrame) -> int:
+    """How many times a graph was found compiled in this process's cache instead of compiled."""
+    return _occurrences(events[(events["event"] == "compile") & (events["cache"] == "memory_hit")])
 
 
 def after_warmup(events: pd.DataFrame) -> pd.DataFrame:
@@ -192,7 +199,9 @@ def summary(events: pd.DataFrame, measured_steps: int | None = None) -> list[str
     split = f" ({', '.join(f'{n} {layer}' for layer, n in layers.items())})" if len(layers) > 1 else ""
     late = after_warmup(events)
     caused, following = _causing(late, compiled)
+    hits = memory_hits(events)
     line = f"{len(compiled)} compile{'s' if len(compiled) != 1 else ''}{split}{total}"
+    line += f" (and {hits} graph(s) found in the in-memory cache)" if hits else ""
     line += f"; after warm-up {len(caused)}" + (f" ({_groups_text(caused)})" if not caused.empty else "")
     if not following.empty:
         seconds = following["compile_s"].dropna()
@@ -314,14 +323,14 @@ def seconds_per_step(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def cache_states(events: pd.DataFrame) -> pd.DataFrame:
-    """Per (run, step, cache state), how many compiles: the cache strip under a timeline."""
-    rows = compile_rows(events)
+    """Per (run, step, cache state), how many compiles and cache hits: the cache strip under a timeline."""
+    rows = events[events["event"] == "compile"]
     rows = rows[rows["step"].notna()]
     return (
         rows.assign(cache=rows["cache"].fillna("unknown"))
-        .groupby(["run_id", "step", "cache"], as_index=False)
-        .size()
-        .rename(columns={"size": "compiles"})
+        .assign(compiles=rows["count"].fillna(1).clip(lower=1))
+        .groupby(["run_id", "step", "cache"], as_index=False)["compiles"]
+        .sum()
     )
 
 
