@@ -323,3 +323,29 @@ def test_compiles_without_a_run_lists_the_runs_with_events(results: Path) -> Non
     assert set(listed) == {"shape0001", "limit0001", "xlaa0001", "xlab0001"}
     assert (listed["shape0001"]["after_warmup"], listed["shape0001"]["graph_breaks"]) == (2, 1)
     assert listed["limit0001"]["limit_hit"] is True
+
+
+@pytest.mark.slow
+def test_compiles_of_a_real_run_names_the_shape_change_and_its_line(tmp_path: Path, compile_workloads: None) -> None:
+    """A real cpu-compile run (Dynamo through aot_eager: the same records at a fraction of
+    Inductor's compile time) of batches 8, 8, 12, 8, 16, read back by the command."""
+    from tests.compile_workloads import line_of
+    from tests.helpers import tpubench
+
+    results = tmp_path / "results"
+    line = "run --workload recompile-shape --backend cpu-compile-eager --mode train --steps 3 --warmup 2 --results"
+    done = tpubench(line, str(results))
+    assert done.returncode == 0, done.stderr
+    run_id = store.load_runs(results)["run_id"].iloc[0]
+    shown = in_process(f"compiles {run_id[:6]} --json --results", str(results))
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    where = line_of("CALL_LINE")
+    assert f"after warm-up 1 (shape change at {where}, " in found["summary"][0]
+    forward = [e for e in found["events"] if e["layer"] == "dynamo" and e["event"] == "compile"]
+    assert [(e["step"], e["cause"]) for e in forward] == [
+        (0, "first_compile"),
+        (2, "shape_change"),
+        (4, "shape_change"),
+    ]
+    assert "size mismatch at index 0. expected 8, actual 12" in forward[1]["raw"]
