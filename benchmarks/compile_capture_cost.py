@@ -11,9 +11,10 @@ Step time: the measured steps of every run, the median over runs of each run's m
 ``tpubench compare`` does) of the on/off ratio. Requirement: the interval contains 1.0, or the
 ratio's excess stays inside the run-to-run noise printed beside it.
 
-Compile time: the runs' ``compile_s`` on against off (medians and their difference), and what
-Dynamo reports its own structured logging cost (``structured_logging_overhead_s`` summed over
-the compiles) where the run recorded it.
+Compile time: the runs' ``compile_s`` on against off (medians and their difference); and, in
+fresh processes compiling one small model at batches 8, 8, 12, 8, 16 with tpubench's Dynamo
+capture started or not, Dynamo's own records: frame compile seconds and the cost it reports
+for its structured logging (``structured_logging_overhead_s``, summed over the compiles).
 
     python benchmarks/compile_capture_cost.py [--backends cpu-compile,xla] [--rounds 4] [--steps 20]
     (xla needs TPUBENCH_XLA_PYTHON, the torch_xla interpreter; PJRT_DEVICE=CPU is set for it)
@@ -30,7 +31,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -61,17 +61,56 @@ def run_once(results: Path, backend: str, capture: bool, args: argparse.Namespac
         raise SystemExit(f"tpubench run failed ({backend}, capture {capture}):\n{done.stderr[-2000:]}")
 
 
-def logging_overhead(compiles: pd.DataFrame, runs: pd.DataFrame) -> float | None:
-    """Dynamo's ``structured_logging_overhead_s`` over the runs' compiles, where recorded:
-    a column of the compiles table or a key of the runs' ``backend_metrics``."""
-    if "structured_logging_overhead_s" in compiles:
-        return float(compiles["structured_logging_overhead_s"].sum())
-    found = [
-        json.loads(text).get("structured_logging_overhead_s")
-        for text in runs.get("backend_metrics", pd.Series(dtype=object)).dropna()
-    ]
-    found = [value for value in found if value is not None]
-    return float(np.median(found)) if found else None
+#: one process's compiles of a small model at batches 8, 8, 12, 8, 16 (two recompiles), with
+#: tpubench's Dynamo capture started or not; prints Dynamo's own per-compile records' sums
+DYNAMO_PROBE = """
+import json, sys, torch
+from torch._dynamo.utils import get_compilation_metrics
+capture = None
+if sys.argv[1] == "on":
+    from tpubench.compiles.dynamo import DynamoCapture
+    capture = DynamoCapture()
+    capture.start()
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+compiled = torch.compile(model, backend=sys.argv[2])
+for step, batch in enumerate((8, 8, 12, 8, 16)):
+    if capture:
+        capture.before_step(step, "warmup")
+    compiled(torch.randn(batch, 64)).sum().backward()
+    if capture:
+        capture.after_step(step, "warmup")
+records = list(get_compilation_metrics())
+print(json.dumps({
+    "compiles": len(records),
+    "frame_s": sum(r.entire_frame_compile_time_s or 0.0 for r in records),
+    "logging_s": sum(r.structured_logging_overhead_s or 0.0 for r in records),
+    "events": len(capture.events) if capture else 0,
+}))
+"""
+
+
+def dynamo_overhead(rounds: int, backend: str) -> None:
+    """Dynamo's compile seconds and its ``structured_logging_overhead_s`` with the capture on
+    against off, in fresh processes (alternating), for the same compiles."""
+    found: dict[str, list[dict]] = {"on": [], "off": []}
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(ROOT)}
+    for round_ in range(rounds):
+        for side in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+            done = subprocess.run(
+                [sys.executable, "-c", DYNAMO_PROBE, side, backend], capture_output=True, text=True, env=env, cwd=ROOT
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"the Dynamo probe failed:\n{done.stderr[-2000:]}")
+            found[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for side in ("on", "off"):
+        frame = [r["frame_s"] for r in found[side]]
+        logging = [r["logging_s"] for r in found[side]]
+        first = found[side][0]
+        print(
+            f"dynamo ({backend}) capture {side}: {first['compiles']} compile records, {first['events']} events; "
+            f"frame compile s median {np.median(frame):.3f} (runs {', '.join(f'{v:.3f}' for v in frame)}); "
+            f"structured_logging_overhead_s median {np.median(logging):.5f}"
+        )
 
 
 def report(backend: str, results: Path) -> None:
@@ -101,11 +140,8 @@ def report(backend: str, results: Path) -> None:
             f"off {sorted(round(v, 3) for v in compile_s['off'])})"
         )
     compiles = store.load_compiles(results, run_id=list(runs.loc[runs["capture"] == "on", "run_id"]))
-    overhead = logging_overhead(compiles, runs[runs["capture"] == "on"])
-    print(
-        f"{backend}: {len(compiles)} compile events captured over the 'on' runs; Dynamo structured_logging_overhead_s: "
-        + (f"{overhead:.4f} s" if overhead is not None else "not recorded by this capture")
-    )
+    off = store.load_compiles(results, run_id=list(runs.loc[runs["capture"] == "off", "run_id"]))
+    print(f"{backend}: {len(compiles)} compile events captured over the 'on' runs, {len(off)} over the 'off' runs")
 
 
 def main() -> None:
@@ -116,7 +152,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="on/off pairs per backend")
     parser.add_argument("--steps", type=int, default=20, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--probe-rounds", type=int, default=4, help="on/off pairs of the in-process Dynamo probe")
+    parser.add_argument("--probe-backend", default="inductor", help="torch.compile backend of the Dynamo probe")
     args = parser.parse_args()
+    if args.probe_rounds:
+        dynamo_overhead(args.probe_rounds, args.probe_backend)
     with tempfile.TemporaryDirectory(prefix="tpubench-capture-cost-") as scratch:
         results = Path(scratch) / "results"
         for backend in args.backends.split(","):
