@@ -21,7 +21,6 @@ from tpubench.analysis import compiles as analysis
 from tpubench.analysis.changepoints import SERIES_KEYS
 from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.ops import _find_run, _label, _results_dir, _value
-from tpubench.cli.planning import pythons
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.spec import DIMENSIONS
 
@@ -131,11 +130,13 @@ def show_compiles(
         raise BadInput("--explain takes one run")
     if python and not explain:
         raise BadInput("--python is for --explain's worker")
-    interpreters = pythons(python)
     results_dir = _results_dir(results, local=explain)
     runs = [_compiling(_find_run(results_dir, run_id)) for run_id in run_ids]
     if explain:
-        from tpubench import explain as diagnose  # torch-side code: only --explain needs it
+        from tpubench import explain as diagnose  # the worker's machinery: only --explain needs it
+        from tpubench.cli.planning import pythons
+
+        interpreters = pythons(python)
 
         try:
             diagnose.explain(Path(results_dir), runs[0], as_json, console, interpreters)
