@@ -7,7 +7,13 @@ session still returns what finished. gpt2 124m on cuda is also profiled through 
 harness's own ``--profile`` path (3 traced steps after the measured ones), so the check
 covers tpubench's CUDA trace capture too.
 
-    python benchmarks/gpu_check.py --results /tmp/results --export "$OUT" [--budget-s 300]
+    python benchmarks/gpu_check.py --results /tmp/results --export "$OUT" [--budget-s 300] [--only-cache-check]
+
+Then (budget allowing) the persistent-cache check of issue 26, which PJRT CPU and this
+host's Inductor cannot give: gpt2 tiny on cuda-compile (and on xla with PJRT_DEVICE=CUDA
+when ``--xla-python`` names a torch_xla interpreter) runs twice with one
+``--compile-cache``; the second run's ``compiles`` rows must all say ``disk_hit``, which it
+prints per run as ``cache states: {...}`` and exports as ``compiles.parquet``.
 
 ``--export`` writes the store's two tables as flat ``runs.parquet`` and ``steps.parquet``,
 and the traces gzipped, into a folder: the device tool returns no folder whose name has
@@ -46,6 +52,8 @@ PLAN = [
 
 PROFILED = ("gpt2", "124m", "cuda")
 PROFILE_STEPS = 3
+#: the persistent-cache check: (workload, size, backend), each run twice with one --compile-cache
+CACHE_CHECK = [("gpt2", "tiny", "cuda-compile"), ("gpt2", "tiny", "xla")]
 
 
 def export(results: Path, out: Path) -> None:
@@ -55,9 +63,45 @@ def export(results: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     store.load_runs(results).to_parquet(out / "runs.parquet")
     store.load_steps(results).to_parquet(out / "steps.parquet")
+    store.load_compiles(results).to_parquet(out / "compiles.parquet")
     for trace in (results / "traces").glob("*/trace.json"):
         with open(trace, "rb") as source, gzip.open(out / f"trace-{trace.parent.name}.json.gz", "wb") as target:
             shutil.copyfileobj(source, target)
+
+
+def cache_check(results: Path, xla_python: str | None) -> None:
+    """Each CACHE_CHECK config twice with one --compile-cache: cold, then warm from disk.
+
+    On a GPU (Inductor's FX-graph cache; XLA's persistent cache, which PJRT CPU cannot
+    load) the warm run's compile rows should all be ``disk_hit``. Prints each run's cache
+    states and first-step compiles for the reader to judge; nothing is asserted here.
+    """
+    import tempfile
+
+    from tpubench import store
+    from tpubench.runner import SuiteRunner, plan
+
+    if xla_python:
+        os.environ.setdefault("PJRT_DEVICE", "CUDA")
+    runner = SuiteRunner(results, pythons={"xla": xla_python} if xla_python else {}, tags={"check": "compile-cache"})
+    for workload, size, backend in CACHE_CHECK:
+        if backend.startswith("xla") and not xla_python:
+            print(f"cache check: {backend} skipped (no --xla-python)", flush=True)
+            continue
+        cache = tempfile.mkdtemp(prefix="tpubench-cache-check-")
+        for attempt in ("cold", "warm"):
+            specs = plan(
+                [workload], sizes=[size], backends=[backend], modes=["infer"], dtype="bfloat16", warmup=1, steps=3,
+                timeout_s=240, compile_cache=cache,
+            )  # fmt: skip
+            for row in runner.run(specs):
+                compiles = store.load_compiles(results, run_id=row["run_id"], event="compile")
+                states = compiles[compiles.cache.notna()].groupby("cache").size().to_dict()
+                print(
+                    f"cache check {backend} {attempt}: {row['status']}, first-step compiles "
+                    f"{row.get('first_step_compiles')}, compile_s {row.get('compile_s')}, cache states: {states}",
+                    flush=True,
+                )
 
 
 def main() -> None:
@@ -66,13 +110,15 @@ def main() -> None:
     parser.add_argument("--export", type=Path, help="also write flat runs/steps parquet and the trace here")
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop starting new runs after this")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--only-cache-check", action="store_true", help="run only the persistent-cache check")
+    parser.add_argument("--xla-python", help="a torch_xla interpreter: adds xla (PJRT_DEVICE=CUDA) to the cache check")
     args = parser.parse_args()
 
     from tpubench.runner import SuiteRunner, plan
 
     started = time.monotonic()
     runner = SuiteRunner(args.results, tags={"check": "gpu"})
-    for workload, size, backend, modes in PLAN:
+    for workload, size, backend, modes in [] if args.only_cache_check else PLAN:
         if time.monotonic() - started > args.budget_s:
             print(f"budget spent; not starting {workload}/{size} on {backend}", flush=True)
             continue
@@ -96,6 +142,8 @@ def main() -> None:
                 else row.get("error")
             )
             print(f"{workload}/{size} {backend} {row['mode']}: {row['status']}: {figures}", flush=True)
+    if time.monotonic() - started < args.budget_s or args.only_cache_check:
+        cache_check(args.results, args.xla_python)
     if args.export and args.results.is_dir():  # nothing ran: nothing to export
         export(args.results, args.export)
 

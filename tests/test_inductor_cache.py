@@ -34,3 +34,7 @@ def test_compiled_runs_ignore_a_warm_user_cache_unless_asked_to_share_one(result
     assert runs.loc["default", "compile_cache_misses"] >= 1 and runs.loc["default", "compile_cache_hits"] == 0
     assert runs.loc["warm", "compile_cache"] == str(shared) and pd.isna(runs.loc["default", "compile_cache"])
     assert (shared / "inductor" / "fxgraph").is_dir()
+    # the compiles table says the same per compile: compiled (miss) cold, loaded from disk warm
+    compiles = store.load_compiles(results_dir, layer="dynamo", event="compile")
+    cache = {tag: set(compiles[compiles.run_id == runs.loc[tag, "run_id"]].cache) for tag in ("cold", "warm")}
+    assert cache == {"cold": {"miss"}, "warm": {"disk_hit"}}

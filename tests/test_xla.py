@@ -41,6 +41,9 @@ def test_train_compiles_settle_after_warmup_with_no_fallbacks(results_dir: Path,
     measured = steps[steps.phase == "measure"]
     assert measured.compile_count.nunique() == 1
     assert (steps.host_ms <= steps.step_ms).all()
+    compiles = store.load_compiles(results_dir)  # a settled run: every compile during warm-up
+    assert not (compiles.phase == "measured").any() and set(compiles.cause.dropna()) <= {"step_sync", "shape_change"}
+    assert (compiles.cache == "miss").sum() == row["compile_count"] and row["executions_per_step"] == 1.0
 
 
 def test_openxla_compile_backend_runs(results_dir: Path, xla_python: str) -> None:
@@ -119,6 +122,12 @@ def test_compile_cache_is_used_on_the_second_cold_start(results_dir: Path, xla_p
     assert warm["compile_cache_hits"] + warm["compile_cache_load_failures"] == warm["compile_count"]
     if warm["compile_cache_hits"]:
         assert warm["compile_s"] < cold["compile_s"]
+    # per graph: the warm run found each of the cold run's graphs on disk by its hash
+    compiles = store.load_compiles(results_dir, event="compile", layer="xla")
+    cold_graphs = compiles[(compiles.run_id == cold["run_id"]) & (compiles.cache == "miss")]
+    warm_graphs = compiles[(compiles.run_id == warm["run_id"]) & (compiles.cache != "memory_hit")]
+    assert set(warm_graphs.graph_id) == set(cold_graphs.graph_id)
+    assert set(warm_graphs.cache) <= {"disk_hit", "load_failed"}  # PJRT CPU cannot load: load_failed
 
 
 def test_missing_torch_xla_is_unavailable_and_names_the_interpreter(results_dir: Path) -> None:
