@@ -349,3 +349,8 @@ def test_compiles_of_a_real_run_names_the_shape_change_and_its_line(tmp_path: Pa
         (4, "shape_change"),
     ]
     assert "size mismatch at index 0. expected 8, actual 12" in forward[1]["raw"]
+
+
+def test_a_rare_graph_break_is_named_by_the_backends_text() -> None:
+    assert analysis.graph_break_name("GB0431", "Unsupported method call\nmore") == "Unsupported method call"
+    assert analysis.graph_break_name("GB0431") == "GB0431"

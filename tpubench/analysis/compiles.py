@@ -92,9 +92,20 @@ def _seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 10 else f"{value:.0f} s"
 
 
-def graph_break_name(gb_id: Any) -> str:
-    """A graph break's kind in a few words (``Tensor.item()``), or its id when not a common one."""
-    return GRAPH_BREAKS[gb_id][0] if gb_id in GRAPH_BREAKS else str(gb_id)
+def graph_break_name(gb_id: Any, raw: Any = None) -> str:
+    """A graph break's kind in a few words (``Tensor.item()``); for a rarer id, the first line of
+    the backend's text (the capture gives the registry's name there), else the id."""
+    if gb_id in GRAPH_BREAKS:
+        return GRAPH_BREAKS[gb_id][0]
+    if isinstance(raw, str) and raw.strip():
+        text = " ".join(raw.strip().splitlines()[0].split())
+        return text if len(text) <= 80 else text[:79] + "\N{HORIZONTAL ELLIPSIS}"
+    return str(gb_id)
+
+
+def _first(rows: pd.DataFrame, column: str) -> Any:
+    values = rows[column].dropna()
+    return values.iloc[0] if not values.empty else None
 
 
 def graph_break_hint(gb_id: Any) -> str:
@@ -217,7 +228,7 @@ def summary(events: pd.DataFrame, measured_steps: int | None = None) -> list[str
         sources = ", ".join(dict.fromkeys(group["source"].dropna())) or "an unknown line"
         lines.append(
             f"{n} graph break{'s' if n != 1 else ''} {gb_id} at {sources} "
-            f"({graph_break_name(gb_id)}; hint: {graph_break_hint(gb_id) or 'see the raw text'})"
+            f"({graph_break_name(gb_id, _first(group, 'raw'))}; hint: {graph_break_hint(gb_id) or 'see the raw text'})"
         )
     limit = events[events["event"] == "recompile_limit"]
     for row in limit.to_dict("records"):
@@ -265,7 +276,9 @@ def why_table(compiles: pd.DataFrame) -> pd.DataFrame:
         inferred = compiled["cause_inferred"].fillna(False).astype(bool)
         found.append(
             {
-                "cause": f"graph break {cause} ({graph_break_name(cause)})" if is_break else _words(cause),
+                "cause": f"graph break {cause} ({graph_break_name(cause, _first(group, 'raw'))})"
+                if is_break
+                else _words(cause),
                 "source": source,
                 "reported_by": "tpubench (inferred)" if inferred.any() else "the backend",
                 "runs": group["run_id"].nunique(),
