@@ -79,7 +79,8 @@ def limit_events(run_id: str, invocation: str) -> list[dict[str, Any]]:
 
 def xla_events(run_id: str, invocation: str, hashes: list[str]) -> list[dict[str, Any]]:
     """xla: one graph per hash (step i compiles ``hashes[i]``), a step-sync cause inferred as a
-    shape change after the first; a host read per step and an ``aten::histc`` fallback."""
+    shape change after the first; an in-memory cache hit at step 4 (a graph found, not
+    compiled); a host read per step and an ``aten::histc`` fallback."""
     rows = []
     for step, graph in enumerate(hashes):
         cause = "first_compile" if step == 0 else "shape_change"
@@ -88,6 +89,7 @@ def xla_events(run_id: str, invocation: str, hashes: list[str]) -> list[dict[str
                   cause_inferred=step > 0, raw="user torch_xla.sync", graph_id=graph, source="workloads/x.py:6",
                   compile_s=0.5, cache="miss")
         )  # fmt: skip
+    rows.append(event(run_id, invocation, 4, "measured", layer="xla", cache="memory_hit", raw="CachedCompile", count=1))
     for step in range(2, 5):
         rows.append(event(run_id, invocation, step, "measured", "host_read", layer="xla", source=ITEM_LINE, count=1))
         rows.append(event(run_id, invocation, step, "measured", "fallback", layer="xla", op="aten::histc", count=1))

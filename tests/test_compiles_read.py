@@ -82,6 +82,7 @@ def test_the_summary_warns_when_the_recompile_limit_was_hit(results: Path) -> No
 
 def test_the_summary_counts_host_reads_and_fallbacks_per_measured_step(results: Path) -> None:
     lines = analysis.summary(analysis.run_events(loaded(results), "xlaa0001"), measured_steps=3)
+    assert lines[0].startswith("3 compiles, 1.5 s (and 1 graph(s) found in the in-memory cache); after warm-up 1 ")
     assert f"shape change (inferred) {X}1" not in lines[0] and "shape change (inferred) at workloads/x.py:6" in lines[0]
     assert f"host reads 1/step at {ITEM_LINE}" in lines
     assert any(line.startswith("CPU fallbacks 1/step (aten::histc)") for line in lines)
@@ -103,6 +104,7 @@ def test_the_why_table_groups_an_invocation_by_cause_and_line(results: Path) -> 
     assert shape["reported_by"] == "the backend"
     xla = why[(why["cause"] == "shape change") & (why["source"] == "workloads/x.py:6")].iloc[0]
     assert (xla["runs"], xla["compiles"], xla["reported_by"]) == (2, 4, "tpubench (inferred)")
+    assert "unknown" not in set(why["cause"])  # an in-memory cache hit is not a compile
     breaks = why[why["cause"].str.startswith("graph break GB0124")].iloc[0]
     assert (breaks["graph_breaks"], breaks["source"]) == (1, ITEM_LINE) and "capture_scalar_outputs" in breaks["hint"]
     assert analysis.why_table(loaded(results).iloc[0:0]).empty

@@ -56,7 +56,7 @@ def breaks_and_syncs(runs: pd.DataFrame) -> pd.DataFrame:
         {
             "run": shown["label"],
             "graph breaks": shown["graph_breaks"].astype("Int64"),
-            "by id": shown["graph_break_ids"].fillna(""),
+            "by id": shown["graph_break_ids"].replace("{}", "").fillna(""),
             "executions per step": shown["executions_per_step"],
             "host reads per step": shown["host_reads_per_step"],
             "missing lowerings": shown["missing_lowerings"].replace("{}", "").fillna(""),

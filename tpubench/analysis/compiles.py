@@ -262,7 +262,7 @@ def why_table(compiles: pd.DataFrame) -> pd.DataFrame:
     line: how many runs, compiles, compiles after warm-up, seconds and graph breaks each
     accounts for, whether the cause was reported by the backend or inferred by tpubench, and
     what to do. Largest after-warm-up count first, then seconds. Columns: :data:`WHY_COLUMNS`."""
-    rows = compiles[compiles["event"].isin(("compile", "graph_break"))].copy()
+    rows = pd.concat([compile_rows(compiles), compiles[compiles["event"] == "graph_break"]]).copy()
     if rows.empty:
         return pd.DataFrame(columns=WHY_COLUMNS)
     breaks = rows["event"] == "graph_break"
