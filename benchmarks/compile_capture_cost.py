@@ -105,9 +105,10 @@ def dynamo_overhead(rounds: int, backend: str) -> None:
     for side in ("on", "off"):
         frame = [r["frame_s"] for r in found[side]]
         logging = [r["logging_s"] for r in found[side]]
-        first = found[side][0]
+        records = "/".join(str(r["compiles"]) for r in found[side])
+        events = "/".join(str(r["events"]) for r in found[side])
         print(
-            f"dynamo ({backend}) capture {side}: {first['compiles']} compile records, {first['events']} events; "
+            f"dynamo ({backend}) capture {side}: compile records per process {records}, events {events}; "
             f"frame compile s median {np.median(frame):.3f} (runs {', '.join(f'{v:.3f}' for v in frame)}); "
             f"structured_logging_overhead_s median {np.median(logging):.5f}"
         )
