@@ -183,6 +183,8 @@ def test_compiles_of_two_runs_diffs_their_graphs(results: Path) -> None:
         ("compiles eager0001", "backend cpu does not compile"),
         ("compiles shape0001 xlaa0001", "not two runs of one configuration"),
         ("compiles shape0001 xlaa0001 --explain", "--explain takes one run"),
+        ("compiles shape0001 --python xla=python3", "--python is for --explain's worker"),
+        ("compiles a b c", "give one run, or two runs"),
     ],
 )
 def test_bad_input_is_one_error_line(results: Path, line: str, message: str) -> None:

@@ -158,10 +158,10 @@ def _common_prefix(a: Graph, b: Graph) -> int:
 
 def recompiles(graphs: list[Graph], library: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """One finding per graph that XLA compiled again at a sync frame that had compiled before:
-    the graph, the earlier graph it is compared with (the most alike there: the longest run of
-    the same ops, the nearest on a tie; each named by the sync where its hash first compiled)
-    and :func:`first_difference`. A hash seen before is an
-    in-memory cache hit, not a compile, and is left out."""
+    the graph, the earlier graph it is compared with and :func:`first_difference`. The earlier
+    graph is the most alike at that frame (the longest run of the same ops; the nearest on a
+    tie), named by the sync where its hash first compiled. A hash seen before is an in-memory
+    cache hit, not a compile, and is left out."""
     seen: set[str] = set()
     found = []
     for graph in graphs:
@@ -350,8 +350,9 @@ def explain(
         )
         for item in found["recompiles"]:
             when = f"step {item['step']}, " if item["step"] is not None else ""
+            sync = item["sync_at"] or "tpubench's step end"
             quiet.print(
-                f"  graph {item['graph']} ({when}{item['hash'][:12]}, sync at {item['sync_at'] or '?'}) vs graph "
+                f"  graph {item['graph']} ({when}{item['hash'][:12]}, sync at {sync}) vs graph "
                 f"{item['compared_with']}: {item['change']}",
                 highlight=False,
                 markup=False,

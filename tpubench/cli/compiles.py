@@ -130,7 +130,9 @@ def show_compiles(
         raise BadInput("--explain takes one run")
     if python and not explain:
         raise BadInput("--python is for --explain's worker")
-    results_dir = _results_dir(results, local=explain)
+    if explain and store.is_remote(results):
+        raise BadInput(f"--results {results}: --explain writes its diagnostics beside a local store; give one")
+    results_dir = _results_dir(results)
     runs = [_compiling(_find_run(results_dir, run_id)) for run_id in run_ids]
     if explain:
         from tpubench import explain as diagnose  # the worker's machinery: only --explain needs it
