@@ -86,7 +86,8 @@ def test_item_breaks_the_graph_then_recompiles_by_value_until_the_limit(
 def test_fail_on_recompile_fails_the_run_with_the_reason(compile_workloads: None, results_dir: Path) -> None:
     row, _ = run(results_dir, "recompile-shape", "cpu-compile-eager", fail_on_recompile=True)
     assert row["status"] == "failed"
-    assert "fail_on_recompile" in row["error"] and "size mismatch" in row["error"]
+    assert row["error"].startswith("RecompileError: compiled after warm-up, at step 2: dynamo shape_change at ")
+    assert line_of("CALL_LINE") in row["error"] and "size mismatch at index 0. expected 8, actual 12" in row["error"]
 
 
 @pytest.mark.slow
@@ -153,6 +154,10 @@ def test_xla_compile_keeps_fallback_counts_across_dynamo_recompiles(
     lowered = events[(events.layer == "xla") & events.compile_id.notna()]
     assert set(lowered.compile_id) == set(dynamo.compile_id)  # each Dynamo compile joined to its XLA compiles
     assert dynamo.graph_id.isin(lowered.graph_id).all()
+    reads = events[(events.event == "compile") & (events.cause == "host_read")]
+    # the fallback's read cut the graph in the workload's forward (under Dynamo, the frame
+    # torch_xla sees is the forward's being compiled: its ``def`` line, not the histc line)
+    assert len(reads) == 3 and reads.source.str.startswith("tests/compile_workloads.py:").all()
     accounted(row, events, "xla")
 
 
@@ -182,6 +187,21 @@ def test_pt_xla_debug_blocks_parse_into_cause_hash_and_frames() -> None:
     assert xla_cause(block.cause) == "host_read"
     assert xla_cause("user torch_xla.sync") == "step_sync"
     assert xla_cause("dynamo is compiling a FX graph to HLO") == "unknown"  # joined to Dynamo's cause later
+
+
+def test_a_block_still_being_written_is_read_whole_next_time(tmp_path: Path) -> None:
+    from tpubench.compiles.xla import CounterTotals, XlaCapture
+
+    rule, path = "Compilation Analysis: " + "=" * 20, tmp_path / "pt_xla_debug.txt"
+    block = [rule, "Compilation Analysis: Compilation Cause", "Compilation Analysis:   user torch_xla.sync"]
+    post = ["Post Compilation Analysis: " + "=" * 20, "Post Compilation Analysis: Graph input size: 0.1 GB"]
+    path.write_text("\n".join([*block, rule, *post, *post[:1], *block]) + "\n")  # the second block half-written
+    capture = XlaCapture(CounterTotals(), str(path))
+    assert len(capture._read_blocks()) == 1
+    with open(path, "a") as stream:
+        stream.write("Compilation Analysis:   Graph Hash: ab12\n" + rule + "\n")
+    [second] = capture._read_blocks()
+    assert second.graph_hash == "ab12" and second.cause == "user torch_xla.sync"
 
 
 def test_stores_without_a_compiles_table_load_empty(results_dir: Path) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from tpubench.backends import Backend
 from tpubench.compiles import Capture
+from tpubench.compiles.dynamo import describe_stance_error
 from tpubench.hostload import HostLoad, HostLoadMeter
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
@@ -215,7 +216,13 @@ def run_protocol(
     meter = HostLoadMeter()
     for i in range(spec.steps):
         on_phase("measure", i, spec.steps)
-        count = timed("measure", warm + 1 + i)
+        try:
+            count = timed("measure", warm + 1 + i)
+        except RuntimeError as error:  # Dynamo's fail_on_recompile stance raises from inside the step
+            described = describe_stance_error(error) if spec.fail_on_recompile else None
+            if described is None:
+                raise
+            raise RecompileError(f"compiled after warm-up, at step {warm + 1 + i}: {described}") from error
         if spec.fail_on_recompile and count != previous:
             raise RecompileError(recompile_message(warm + 1 + i, capture))
         previous = count
@@ -238,7 +245,7 @@ def run_protocol(
 
 def recompile_message(step: int, capture: Capture | None) -> str:
     """``--fail-on-recompile``'s error: the step, and the compile's cause and line where captured."""
-    found = [e for e in (capture.events if capture else []) if e.step == step and e.event == "compile"]
+    found = [e for e in (capture.events_so_far() if capture else []) if e.step == step and e.event == "compile"]
     found = [e for e in found if e.cache != "memory_hit"]
     if not found:
         return f"compiled after warm-up, at step {step} (cause not captured)"

@@ -171,8 +171,8 @@ def compile_columns(spec: RunSpec, capture: compiles.Capture | None, measured: M
     """The runs table's compile columns, and the run's ``compiles`` rows (popped by the
     runner like ``steps``). Without a capture (capture off, or a backend that compiles
     nothing) the columns stay null."""
-    if capture is None:
-        return {"capture_compiles": spec.capture_compiles}
+    if capture is None:  # turned off, or an eager backend with nothing to capture (null)
+        return {"capture_compiles": False if not spec.capture_compiles else None}
     capture.finish()
     columns = {
         "capture_compiles": True,

@@ -103,6 +103,10 @@ class Capture:
     def finish(self) -> None:
         """After the last step: turn what is left into events."""
 
+    def events_so_far(self) -> list[Event]:
+        """The events recorded up to now (``--fail-on-recompile`` names the latest)."""
+        return self.events
+
     def columns(self) -> dict[str, Any]:
         """The runs table's compile columns this capture can fill."""
         return {}
@@ -136,6 +140,9 @@ class Captures(Capture):
             )
         return merged
 
+    def events_so_far(self) -> list[Event]:
+        return [event for part in self.parts for event in part.events_so_far()]
+
     def after_warmup(self, fail_on_recompile: bool) -> None:
         for part in self.parts:
             part.after_warmup(fail_on_recompile)
@@ -143,7 +150,9 @@ class Captures(Capture):
     def finish(self) -> None:
         for part in self.parts:
             part.finish()
-        self.events = [event for part in self.parts for event in part.events]
+        events = [event for part in self.parts for event in part.events]
+        # in step order (before the first step first); within a step, part by part
+        self.events = sorted(events, key=lambda event: (event.step is not None, event.step or 0))
         self.notes = [note for part in self.parts for note in part.notes]
 
     def columns(self) -> dict[str, Any]:

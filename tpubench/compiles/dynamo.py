@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import traceback
 from typing import Any
 
 from tpubench.compiles import Capture, Event, StepFacts, current_user_source, step_phase, user_source
@@ -71,6 +72,20 @@ def is_limit_failure(fail_type: str | None, fail_reason: str | None) -> bool:
     return "limit" in text and ("recompile" in text or "cache_size" in text)
 
 
+def describe_stance_error(error: BaseException) -> str | None:
+    """Cause, user line and guard of the error Dynamo raises under the ``fail_on_recompile``
+    stance (whose own message names ``external_utils.inner`` for a compiled module); None
+    for any other error."""
+    text = str(error)
+    if "fail_on_recompile" not in text:
+        return None
+    guards = [line.strip().removeprefix("- ") for line in text.splitlines() if line.strip().startswith("- ")]
+    reason = guards[0] if guards else _first_line(text)
+    frames = [(frame.filename, frame.lineno or 0) for frame in traceback.extract_tb(error.__traceback__)]
+    where = user_source(frames) or "an unknown line"
+    return f"dynamo {reason_cause(reason.split(': ', 1)[-1], None)} at {where} ({reason})"
+
+
 class _BreakLog(logging.Handler):
     """Keeps Dynamo's graph-break log records (only their text) as they are emitted."""
 
@@ -104,7 +119,6 @@ class DynamoCapture(Capture):
         self._breaks = _BreakLog()
         self._break_index = 0
         self._ids: dict[str, str] | None = None
-        self._breaks_total = 0
 
     def start(self) -> None:
         import torch._dynamo
@@ -159,6 +173,9 @@ class DynamoCapture(Capture):
 
         records = list(get_compilation_metrics())
         fresh, self._seen = records[self._seen :], len(records)
+        full = f"Dynamo's compilation-metrics deque is full ({METRICS_LIMIT} records): later compiles have no rows"
+        if len(records) >= METRICS_LIMIT and full not in self.notes:
+            self.notes.append(full)
         found = [*self._break_events(step, phase), *(self._record_event(r, step, phase) for r in fresh)]
         self.events.extend(found)
         return found

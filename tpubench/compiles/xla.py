@@ -36,13 +36,19 @@ CACHE_COUNTERS = ("CachedCompile", "PersistentCacheHit", "PersistentCacheMiss", 
 
 _SYNC_CAUSES = ("user torch_xla.sync", "parallel loader", "StepTrace", "torch_xla.compile", "user mark_step")
 _FRAME = re.compile(r"^\s*(.*?) \((.+):(\d+)\)\s*$")
+_RULE = re.compile(r"^Compilation Analysis: =+$", re.MULTILINE)
+
+
+#: Python frames per analysis (torch_xla's default, 8, can stop short of the user's line
+#: under Dynamo, whose frames come first); walked once per compile, never per step
+DEBUG_MAX_FRAMES = 32
 
 
 def debug_env(directory: str | None = None) -> dict[str, str]:
     """The variables that make torch_xla write its compilation analyses to a file in the
     run's scratch folder (the worker's TMPDIR). They are read once, at the first compile."""
     path = os.path.join(directory or tempfile.gettempdir(), "pt_xla_debug.txt")
-    return {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": path}
+    return {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": path, "PT_XLA_DEBUG_MAX_FRAME": str(DEBUG_MAX_FRAMES)}
 
 
 def xla_cause(text: str) -> str:
@@ -90,14 +96,14 @@ def parse_blocks(text: str) -> list[Block]:
             section = "graph"
         elif stripped.startswith("Python Frame Triggered Execution"):
             section = "frames"
-        elif section == "cause":
-            current.cause = f"{current.cause} {stripped}".strip()
         elif stripped.startswith("Graph Hash:"):
             current.graph_hash = stripped.split(":", 1)[1].strip()
         elif stripped.startswith("Number of Graph Inputs:"):
             current.inputs = int(stripped.split(":", 1)[1])
         elif stripped.startswith("Number of Graph Outputs:"):
             current.outputs = int(stripped.split(":", 1)[1])
+        elif section == "cause":
+            current.cause = f"{current.cause} {stripped}".strip()
         elif section == "frames" and (match := _FRAME.match(line)):
             current.frames.append((match.group(2), int(match.group(3))))
     return blocks
@@ -233,9 +239,9 @@ class XlaCapture(Capture):
         with open(self.debug_file, encoding="utf-8", errors="replace") as stream:
             stream.seek(self._offset)
             text = stream.read()
-        end = text.rfind("Compilation Analysis: ====")
+        rules = [match.start() for match in _RULE.finditer(text)]  # two per block: its first and last line
         # keep an unfinished block (its closing rule not yet written) for the next read
-        complete = text if text.count("Compilation Analysis: ====") % 2 == 0 else text[:end]
+        complete = text if len(rules) % 2 == 0 else text[: rules[-1]]
         self._offset += len(complete.encode("utf-8", errors="replace"))
         return parse_blocks(complete)
 
@@ -358,5 +364,4 @@ class XlaCompileCaptures(Captures):
 
     def finish(self) -> None:
         super().finish()
-        self.events.sort(key=lambda event: (event.step is not None, event.step or 0))  # stable: layers in order
         join_dynamo(self.events)
