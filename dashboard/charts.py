@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tpubench.analysis.categories import CATEGORIES
+from tpubench.analysis.compiles import CAUSE_WORDS
 from tpubench.analysis.ops import OTHERS
 from tpubench.analysis.shapes import shape_labels
 
@@ -412,3 +413,46 @@ def step_histogram(steps: pd.DataFrame, median: float | None, p10: float | None,
         if value is not None and value == value:
             figure.add_vline(x=value, line_dash=dash, line_color="#c62828", annotation_text=name)
     return _layout(figure, height=360)
+
+
+#: one colour per cause of a compile (the words of tpubench.analysis.compiles.CAUSE_WORDS)
+CAUSE_COLOURS = dict(zip(CAUSE_WORDS.values(), px.colors.qualitative.Set2, strict=False))
+CACHE_COLOURS = {"miss": "#c62828", "memory_hit": "#2e7d32", "disk_hit": "#1565c0", "load_failed": "#f9a825"}
+
+
+def compile_timeline(steps: pd.DataFrame, per_step: pd.DataFrame, cache: pd.DataFrame, label: str) -> go.Figure:
+    """One run's cost of compiling, step by step: the step time as a line, the seconds each
+    step spent compiling as bars coloured by cause, and under them a strip of what each
+    step's compiles found in the cache (a miss compiled; a hit did not)."""
+    figure = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, row_heights=[0.82, 0.18], vertical_spacing=0.04,
+        specs=[[{"secondary_y": True}], [{}]],
+    )  # fmt: skip
+    for cause, rows in per_step.groupby("cause", sort=False):
+        figure.add_trace(
+            go.Bar(
+                x=rows["step"], y=rows["compile_s"], name=cause, marker_color=CAUSE_COLOURS.get(cause),
+                customdata=rows["compiles"], hovertemplate="step %{x}: %{y:.3g} s compiling (%{customdata} compiles)",
+            ),
+            row=1, col=1,
+        )  # fmt: skip
+    ordered = steps.sort_values("step")
+    figure.add_trace(
+        go.Scatter(x=ordered["step"], y=ordered["step_ms"], name="step time (ms)", mode="lines+markers",
+                   line={"color": "#424242"}),
+        row=1, col=1, secondary_y=True,
+    )  # fmt: skip
+    for state, rows in cache.groupby("cache", sort=False):
+        figure.add_trace(
+            go.Scatter(
+                x=rows["step"], y=[state] * len(rows), mode="markers", name=f"cache: {state}",
+                marker={"symbol": "square", "size": 12, "color": CACHE_COLOURS.get(state, "#9e9e9e")},
+                customdata=rows["compiles"], hovertemplate="step %{x}: %{customdata} compile(s), %{y}",
+            ),
+            row=2, col=1,
+        )  # fmt: skip
+    figure.update_layout(barmode="stack", title=f"Compile cost per step: {label}")
+    figure.update_yaxes(title_text="compile s", row=1, col=1, secondary_y=False)
+    figure.update_yaxes(title_text="step ms", row=1, col=1, secondary_y=True)
+    figure.update_xaxes(title_text="step (first, warm-up, measured)", row=2, col=1)
+    return _layout(figure, height=460)

@@ -347,3 +347,13 @@ def change_points(results: str, invocations: tuple[str, ...], metric: str) -> pd
     found = changepoints.change_points(trend_runs(results, invocations, metric).frame, metric)
     found["series"] = series_label(found) if not found.empty else pd.Series(dtype="string")
     return found
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def compiles(results: str, invocations: tuple[str, ...], run_ids: tuple[str, ...] | None = None) -> Loaded:
+    """Rows of the compiles table from ``invocations``' files only (of ``run_ids`` if given);
+    empty for a store from before the table."""
+    filters: dict[str, object] = {"invocation_id": list(invocations)}
+    if run_ids is not None:
+        filters["run_id"] = list(run_ids)
+    return _scan(results, "compiles", **filters)

@@ -316,11 +316,43 @@ def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(serve, t
     )
     assert done.returncode == 0, done.stderr
     app = serve(results, "Compilation")
-    assert charts(app) == 2  # first step and compile time; compile count per step
-    layout = json.loads(app.get("plotly_chart")[0].proto.spec)["layout"]
-    assert layout["legend"]["title"]["text"] == "backend, bar"  # issue 23: it read "backend,"
+    assert (
+        charts(app) == 2
+    )  # the compile cost per step (issue 26: from the compiles table); first step and compile time
+    timeline, times = (json.loads(chart.proto.spec)["layout"] for chart in app.get("plotly_chart"))
+    assert timeline["title"]["text"].startswith("Compile cost per step")
+    assert times["legend"]["title"]["text"] == "backend, bar"  # issue 23: it read "backend,"
     table = frames(app)[-1].set_index("backend")
     assert table.loc["cpu-compile", "graphs compiled"] >= 1 and table.loc["cpu-compile", "compile s"] > 0
+
+
+def test_compilation_says_why_each_run_compiled_and_run_details_lists_its_events(serve, tmp_path: Path) -> None:
+    """Issue 26, on a synthetic compiles table written through the store: the four figures, the
+    why table, the measured cause in place of a guess, the per-run timeline, and the events."""
+    from tests.compile_rows import SHAPE_LINE, limit_events, run_row, shape_change_events, step_rows, write
+
+    results = tmp_path / "results"
+    runs = [
+        run_row("shape0001", "inv-c", recompiles_after_warmup=4, compile_count=6, compile_s_measured=4.75,
+                graph_breaks=1, graph_break_ids='{"GB0124": 1}'),
+        run_row("limit0001", "inv-c", workload="item-step", recompile_limit_hit=True, compile_count=8),
+    ]  # fmt: skip
+    events = [*shape_change_events("shape0001", "inv-c"), *limit_events("limit0001", "inv-c")]
+    steps = step_rows("shape0001", "inv-c", {0: 37.5, 2: 2.375, 4: 2.375})
+    write(results, "inv-c", runs, events, steps)
+    app = serve(results, "Compilation")
+    figures = {metric.label: metric.value for metric in app.metric}
+    assert figures["Runs that recompiled after warm-up"] == "1" and figures["Runs with graph breaks"] == "1"
+    assert figures["Runs that hit the recompile limit"] == "1" and figures["Compile s inside measured steps"] == "4.75"
+    said = texts(app)
+    assert f"shape change \N{MULTIPLICATION SIGN}2 at {SHAPE_LINE}" in said and "a shape or a Python value" not in said
+    why = frames(app)[0]
+    assert {"shape change", "value change", "graph break GB0124 (Tensor.item())"} <= set(why["cause"])
+    timeline = json.loads(app.get("plotly_chart")[0].proto.spec)["data"]
+    assert {"first compile", "shape change", "step time (ms)", "cache: miss"} <= {trace["name"] for trace in timeline}
+    details = serve(results, "Run details", run="shape0001")
+    listed = frames(details)[-1]
+    assert len(listed) == len(shape_change_events("shape0001", "inv-c")) and "GB0124" in set(listed["graph_break_id"])
 
 
 @pytest.mark.parametrize("page", [page.title for page in catalog.PAGES])

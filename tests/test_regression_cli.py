@@ -293,6 +293,7 @@ def test_export_of_rows_without_tags_suite_or_versions_is_valid_json(two_sides, 
         "report --out {out}/report.html",
         "export --out {out}/hud.json",
         "ops",
+        "compiles",
     ],
 )
 def test_commands_that_read_a_store_never_import_torch(two_sides, tmp_path, line):

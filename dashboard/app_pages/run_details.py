@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import catalog, charts, data, ui
+from tpubench.analysis import compiles as analysis
 
 CONFIG = (
     "run_id", "invocation_id", "started_at", "finished_at", "suite", "workload", "size", "backend", "device", "mode",
@@ -73,6 +74,27 @@ def fields(run: pd.Series, names: tuple[str, ...]) -> pd.DataFrame:
     )
 
 
+#: the columns of a run's compile events, in the order ``tpubench compiles`` prints them
+EVENT_COLUMNS = (
+    "step", "phase", "event", "layer", "cause", "cause_inferred", "source", "graph_break_id", "graph_id",
+    "compile_id", "compile_s", "cache", "op", "count", "raw",
+)  # fmt: skip
+
+
+def compile_events(results: str, invocation: str, run: pd.Series) -> None:
+    """The run's compiles, graph breaks, host reads and fallbacks, with the summary of
+    ``tpubench compiles RUN_ID`` above them."""
+    loaded = data.compiles(results, (invocation,), (run["run_id"],))
+    ui.warn_skipped(loaded.skipped)
+    if loaded.frame.empty:
+        return
+    events = analysis.run_events(loaded.frame, run["run_id"])
+    st.markdown("**Compile events**")
+    measured = int(run["measured_steps"]) if pd.notna(run["measured_steps"]) else None
+    st.code("\n".join(analysis.summary(events, measured)), language=None)
+    ui.table(events[list(EVENT_COLUMNS)].astype({"step": "Int64", "count": "Int64"}))
+
+
 def main() -> None:
     view = ui.page_view()
     if view is None:
@@ -121,6 +143,7 @@ def main() -> None:
         ui.table(measured, where=middle, height="content")
     right.markdown("**Environment fingerprint**")
     ui.table(fields(run, ENVIRONMENT), where=right, height="content")
+    compile_events(view.results, invocation, run)
     for column, title in (("backend_versions", "Backend versions"), ("env", "Environment variables")):
         if pd.notna(run[column]) and run[column]:
             with st.expander(title):

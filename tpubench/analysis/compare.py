@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tpubench.analysis.compiles import top_cause
 from tpubench.hostload import BUSY_SHARE, is_busy
 from tpubench.spec import DIMENSIONS
 
@@ -189,6 +190,7 @@ def compare_runs(
     candidate_steps: pd.DataFrame,
     settings: Settings | None = None,
     keys: list[str] | None = None,
+    compiles: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per (pair, metric): values, ratio (candidate / baseline), CI, p-value, verdict and why.
 
@@ -196,7 +198,8 @@ def compare_runs(
     side (repeats) are pooled. A configuration on one side only gives an ``unpaired`` row, so
     nothing is left out silently. Runs that measured nothing (unavailable, skipped) are left
     out. The steps frames are :func:`tpubench.store.load_steps` rows (phase ``measure`` is used).
-    Columns: :data:`COLUMNS`.
+    ``compiles`` (the candidate runs' rows of the compiles table, when captured) lets a
+    compile regression name its cause and source line. Columns: :data:`COLUMNS`.
     """
     settings = settings or Settings()
     baseline_runs, candidate_runs = _timed(baseline_runs), _timed(candidate_runs)
@@ -216,7 +219,7 @@ def compare_runs(
             continue
         for _, base_side in _sides(base, keys):
             for _, test_side in _sides(test, keys):
-                rows.extend(_compare_pair(identity, base_side, test_side, samples, settings))
+                rows.extend(_compare_pair(identity, base_side, test_side, samples, settings, compiles))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -247,9 +250,10 @@ def _compare_pair(
     test: pd.DataFrame,
     samples: Mapping[str, pd.DataFrame],
     settings: Settings,
+    compiles: pd.DataFrame | None = None,
 ) -> list[dict[str, Any]]:
     head = _identity(identity, base, test)
-    rows = [{**head, **event} for event in _events(base, test)]
+    rows = [{**head, **event} for event in _events(base, test, compiles)]
     base_ok, test_ok = base[base["median_step_ms"].notna()], test[test["median_step_ms"].notna()]
     if not (base_ok.empty or test_ok.empty):
         rows.extend(_metric_rows(head, base_ok, test_ok, samples, settings))
@@ -721,8 +725,10 @@ def _fallback_ops(runs: pd.DataFrame) -> set[str]:
     return found
 
 
-def _events(base: pd.DataFrame, test: pd.DataFrame) -> Iterable[dict[str, Any]]:
-    """Rows for what regresses whatever the numbers: a worse status, new recompilations, new CPU fallbacks."""
+def _events(base: pd.DataFrame, test: pd.DataFrame, compiles: pd.DataFrame | None = None) -> Iterable[dict[str, Any]]:
+    """Rows for what regresses whatever the numbers: a worse status, new or more recompilations
+    (named by their commonest cause and line when ``compiles`` holds the candidate's rows), new
+    CPU fallbacks."""
     common = {"base_runs": len(base), "test_runs": len(test), "unit": "", "better": ""}
     base_bad = sorted(set(base["status"]) & BAD_STATUSES)
     test_bad = test[test["status"].isin(BAD_STATUSES)]
@@ -747,14 +753,18 @@ def _events(base: pd.DataFrame, test: pd.DataFrame) -> Iterable[dict[str, Any]]:
         }
     base_recompiles = base["recompiles_after_warmup"].fillna(0).max()
     test_recompiles = test["recompiles_after_warmup"].fillna(0).max()
-    if test_recompiles > 0 and not base_recompiles > 0:
+    if test_recompiles > 0 and not test_recompiles <= base_recompiles:
+        before = f"{int(base_recompiles)} in the baseline" if base_recompiles > 0 else "none in the baseline"
+        why = None
+        if compiles is not None and not compiles.empty:
+            why = top_cause(compiles[compiles["run_id"].isin(test["run_id"])])
         yield {
             **common,
             "metric": "recompiles",
             "base_value": float(base_recompiles),
             "test_value": float(test_recompiles),
             "verdict": "regressed",
-            "reason": f"{int(test_recompiles)} compilation(s) after warm-up, none in the baseline",
+            "reason": f"{int(test_recompiles)} compilation(s) after warm-up, {before}" + (f": {why}" if why else ""),
         }
     new_fallbacks = _fallback_ops(test) - _fallback_ops(base)
     if new_fallbacks:

@@ -342,6 +342,9 @@ class TpuBackend(Backend):
         import torch
 
         torch.tpu.eager_mode = getattr(torch.tpu.EagerMode, self.eager_mode.upper())
+        dump = getattr(torch.tpu, "_set_dump_on_cache_miss", None)
+        if os.environ.get("TPUBENCH_TPU_DUMP_ON_MISS") and dump is not None:  # `tpubench compiles --explain` only
+            dump(True)  # StableHLO of each cache miss (torch_tpu 0.2.0, read from its wheel; not seen on a chip)
         return model
 
     def synchronize(self) -> None:

@@ -26,6 +26,7 @@ COMMANDS = {
     "run": "run",
     "ops": "ops",
     "trace": "ops",
+    "compiles": "compiles",
     "compare": "compare",
     "regressions": "compare",
     "report": "compare",

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from tpubench import store
 from tpubench.analysis import changepoints, compare
+from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.cli.common import BadInput, app, console
@@ -42,6 +43,7 @@ class Selection:
     selector: str
     runs: pd.DataFrame
     steps: pd.DataFrame
+    compiles: pd.DataFrame | None = None  # the runs' compile events, where captured
 
 
 def load_all_runs(results: str) -> pd.DataFrame:
@@ -61,7 +63,8 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
     except SelectorError as error:
         raise BadInput(f"{selector!r} in {results}: {error}") from error
     steps = store.load_steps(results, run_id=list(chosen["run_id"]), phase="measure")
-    return Selection(selector, chosen, steps)
+    compiles = store.load_compiles(results, run_id=list(chosen["run_id"]))
+    return Selection(selector, chosen, steps, compiles)
 
 
 def prices_from(path: Path | None) -> dict[str, Price]:
@@ -199,7 +202,9 @@ def run_comparison(
             "a run cannot be compared with itself"
         )
     keys = compare.pair_keys(baseline.runs, candidate.runs)
-    frame = compare.compare_runs(baseline.runs, candidate.runs, baseline.steps, candidate.steps, settings, keys)
+    frame = compare.compare_runs(
+        baseline.runs, candidate.runs, baseline.steps, candidate.steps, settings, keys, candidate.compiles
+    )
     return frame, keys
 
 
@@ -295,6 +300,9 @@ def regressions_command(
     runs = select(results, terms).runs if terms else load_all_runs(results)
     settings = changepoints.ChangePointSettings(min_points=min_points)
     found = changepoints.change_points(runs, metric, settings)
+    if metric in COMPILE_METRICS and not found.empty:  # what compiled after warm-up, and where
+        compiles = store.load_compiles(results, invocation_id=list(found["invocation_id"]))
+        found["cause"] = change_point_causes(found, runs, compiles, changepoints.SERIES_KEYS)
     series = runs[runs["status"] == "ok"].groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups
     if as_json:
         print(json.dumps(_records(found), indent=1))
@@ -327,7 +335,10 @@ def regressions_command(
                     _number(row["after"]),
                     f"{row['change_pct']:+.1f}%",
                     f"{row['p_value']:.2g}",
-                    Text(row["direction"], style="bold red" if row["direction"] == "regression" else "green"),
+                    Text(
+                        row["direction"] + (f": {row['cause']}" if row.get("cause") else ""),
+                        style="bold red" if row["direction"] == "regression" else "green",
+                    ),
                 )
             console.print(table)
         console.print(
