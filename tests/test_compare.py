@@ -563,3 +563,17 @@ def test_ci_sizes_a_night_by_the_baseline_noise():
     assert settings.min_runs < rounds < 60
     capped, why = auto_rounds(baseline([10.0, 14.0, 7.0, 12.0, 8.5]), specs, settings, 60)
     assert capped == 60 and "cannot catch" in why
+
+
+def test_a_count_metric_with_zeros_has_change_points_not_a_crash():
+    """`regressions --metric recompiles_after_warmup` crashed in ruptures (log 0 = -inf): a count
+    that is 0 for six nights, then 2, is a change point from 0 to 2; a flat zero series has none."""
+    frame = history([10.0] * 12)
+    frame["recompiles_after_warmup"] = [0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2]
+    found = changepoints.change_points(frame, "recompiles_after_warmup")
+    assert len(found) == 1
+    row = found.iloc[0]
+    assert (row["invocation_id"], row["before"], row["after"]) == ("inv06", 0.0, 2.0)
+    assert row["change_pct"] == math.inf and row["direction"] == "regression"
+    frame["recompiles_after_warmup"] = 0
+    assert changepoints.change_points(frame, "recompiles_after_warmup").empty

@@ -51,7 +51,10 @@ SERIES_KEYS = (
     "model_hash",
 )
 #: metrics where a larger value is worse
-LOWER_IS_BETTER = ("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes")
+LOWER_IS_BETTER = (
+    *("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes"),
+    *("recompiles_after_warmup", "compile_count", "first_step_compiles", "graph_breaks"),  # counts: fewer is better
+)
 
 COLUMNS = [
     *SERIES_KEYS,
@@ -97,20 +100,46 @@ def _noise_variance(values: np.ndarray) -> float:
     return max(sigma**2, 1e-8)
 
 
-def segment_p(before: np.ndarray, after: np.ndarray) -> float:
+def log_scale(values: np.ndarray, counts: bool) -> np.ndarray:
+    """The log values the tests work on: ``log(x)`` for a positive series, and ``log(1 + x)``
+    for a count that can be 0 (``recompiles_after_warmup``, ``graph_breaks``), whose log would
+    be -inf at every zero."""
+    return np.log1p(values) if counts else np.log(values)
+
+
+def is_count(values: np.ndarray) -> bool:
+    """Whether a series has zeros and so is tested as a count (:func:`log_scale`); a negative
+    value fits neither scale and is a ValueError."""
+    if (values < 0).any():
+        raise ValueError("change points need a metric that is never negative")
+    return bool((values == 0).any())
+
+
+def segment_p(before: np.ndarray, after: np.ndarray, counts: bool = False) -> float:
     """Two-sided p of Welch's t-test between two segments' log values (see the module doc);
     1.0 where neither segment varies and their levels are equal."""
-    p_value = stats.ttest_ind(np.log(before), np.log(after), equal_var=False).pvalue
+    p_value = stats.ttest_ind(log_scale(before, counts), log_scale(after, counts), equal_var=False).pvalue
     if math.isnan(p_value):  # both segments constant: a shift is certain, no shift is none
         return 0.0 if np.median(before) != np.median(after) else 1.0
     return float(p_value)
 
 
+def relative_change(before: np.ndarray, after: np.ndarray) -> float:
+    """The shift of the segment medians, relative to the one before: infinite from a median of
+    0 (a count that appeared: "0 -> 2 recompiles" has no finite percentage)."""
+    old, new = float(np.median(before)), float(np.median(after))
+    if old == 0:
+        return math.inf if new > 0 else 0.0
+    return new / old - 1
+
+
 def detect(values: np.ndarray, settings: ChangePointSettings) -> list[int]:
-    """Indices where a new segment starts in ``values`` (a positive series), tested as described above."""
+    """Indices where a new segment starts in ``values`` (a positive series, or a count with
+    zeros: :func:`log_scale`), tested as described above."""
     if values.size < 2 * settings.min_points:
         return []
-    logs = np.log(values)
+    counts = is_count(values)
+    logs = log_scale(values, counts)
     penalty = settings.penalty or 2 * _noise_variance(logs) * math.log(values.size)
     proposed = ruptures.Pelt(model="l2", min_size=settings.min_points, jump=1).fit(logs).predict(pen=penalty)
     bounds = [0, *proposed]  # proposed ends with len(values)
@@ -119,11 +148,12 @@ def detect(values: np.ndarray, settings: ChangePointSettings) -> list[int]:
         before, after = values[left:middle], values[middle:right]
         if min(before.size, after.size) < settings.min_points:
             continue
-        change = np.median(after) / np.median(before) - 1
-        p_value = segment_p(before, after)
+        change = relative_change(before, after)
+        p_value = segment_p(before, after, counts)
         # persisted: min_points invocations measured nearer the new level than the old (PELT may
-        # start a fresh two-night shift at a high-noise point just before it)
-        midpoint = math.sqrt(np.median(before) * np.median(after))
+        # start a fresh two-night shift at a high-noise point just before it), on the tested scale
+        midpoint = np.expm1 if counts else np.exp
+        midpoint = midpoint((log_scale(np.median(before), counts) + log_scale(np.median(after), counts)) / 2)
         shifted = int(np.sum(after > midpoint if change > 0 else after < midpoint))
         if abs(change) >= settings.min_change and p_value < settings.alpha and shifted >= settings.min_points:
             kept.append(middle)
@@ -152,7 +182,7 @@ def change_points(
         for index, start in enumerate(starts):
             before, after = values[bounds[index] : start], values[start : bounds[index + 2]]
             point = series.iloc[start]
-            change = float(np.median(after) / np.median(before) - 1)
+            change = relative_change(before, after)
             rows.append(
                 {
                     **dict(zip(SERIES_KEYS, key, strict=True)),
@@ -163,7 +193,7 @@ def change_points(
                     "before": float(np.median(before)),
                     "after": float(np.median(after)),
                     "change_pct": 100 * change,
-                    "p_value": segment_p(before, after),
+                    "p_value": segment_p(before, after, is_count(values)),
                     "points_before": before.size,
                     "points_after": after.size,
                     "direction": "regression" if (change > 0) == worse_up else "improvement",
