@@ -27,6 +27,7 @@ scipy < 1.17 and pulls cloud SDKs, which a plain install of tpubench must not do
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,7 +119,11 @@ def is_count(values: np.ndarray) -> bool:
 def segment_p(before: np.ndarray, after: np.ndarray, counts: bool = False) -> float:
     """Two-sided p of Welch's t-test between two segments' log values (see the module doc);
     1.0 where neither segment varies and their levels are equal."""
-    p_value = stats.ttest_ind(log_scale(before, counts), log_scale(after, counts), equal_var=False).pvalue
+    if np.ptp(before) == 0 and np.ptp(after) == 0:  # both constant (a count): certain either way
+        return 0.0 if before[0] != after[0] else 1.0
+    with warnings.catch_warnings():  # one constant segment: scipy warns of precision, the p stands
+        warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
+        p_value = stats.ttest_ind(log_scale(before, counts), log_scale(after, counts), equal_var=False).pvalue
     if math.isnan(p_value):  # both segments constant: a shift is certain, no shift is none
         return 0.0 if np.median(before) != np.median(after) else 1.0
     return float(p_value)
