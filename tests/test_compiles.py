@@ -241,3 +241,20 @@ def test_inductor_shape_change_has_the_same_rows_as_aot_eager(compile_workloads:
 def test_xla_fail_on_recompile_names_the_cause(compile_workloads: None, results_dir: Path, xla_python: str) -> None:
     row, _ = run(results_dir, "recompile-shape", "xla", python=xla_python, fail_on_recompile=True)
     assert row["status"] == "failed" and "compiled after warm-up, at step 4: xla shape_change" in row["error"]
+
+
+def test_the_users_line_is_found_by_package_folders_not_by_a_path_part(tmp_path: Path) -> None:
+    """A clone in a folder named ``tpubench`` keeps its workloads' lines; the harness's own
+    frames, torch's and the adapter around a user's factory are never the user's line."""
+    import torch
+
+    import tpubench
+    from tpubench.compiles import user_source
+
+    clone = tmp_path / "tpubench" / "workloads" / "gpt2.py"
+    harness = Path(tpubench.__file__).parent / "measure.py"
+    adapter = Path(tpubench.__file__).parent.parent / "workloads" / "custom" / "factory.py"
+    torch_frame = Path(torch.__file__).parent / "nn" / "modules" / "module.py"
+    frames = [(str(harness), 1), (str(clone), 88), (str(adapter), 198), (str(torch_frame), 1775)]
+    assert user_source(frames) == f"{clone}:88"
+    assert user_source([(str(harness), 1), (str(adapter), 198)]) is None

@@ -18,6 +18,8 @@ a log record, PT_XLA_DEBUG's block) is the cost the benchmark script
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import sys
 from collections import Counter
@@ -42,8 +44,10 @@ CACHES = ("miss", "memory_hit", "disk_hit", "load_failed")
 #: the protocol's step phases (``StepRecord.phase``) as the compiles table names them
 PHASES = {"first": "warmup", "warmup": "warmup", "measure": "measured", "profile": "profiled"}
 
-#: packages whose frames are never "the user's line"
+#: packages whose frames are never "the user's line", and the harness's adapter around a
+#: user's factory (``workloads/custom``): the factory's own module is the user's line
 _LIBRARY_PACKAGES = ("torch", "torch_xla", "torch_tpu", "tpubench", "functorch")
+_LIBRARY_SUBFOLDERS = {"workloads": "custom"}
 
 
 @dataclass
@@ -190,10 +194,26 @@ def current_user_source() -> str | None:
 def _is_library(filename: str) -> bool:
     if filename.startswith("<"):  # <frozen runpy>, <string>, Dynamo's generated code
         return True
-    parts = os.path.normpath(filename).split(os.sep)
+    path = os.path.normpath(os.path.abspath(filename))
+    parts = path.split(os.sep)
     if "site-packages" in parts or "dist-packages" in parts:
         return True  # an installed library (transformers' modules are not the user's line either)
-    return any(package in parts for package in _LIBRARY_PACKAGES)
+    # by the packages' own folders, not a path part named like one: a clone of this repository
+    # in ~/tpubench would otherwise make every workload's line a library's
+    return path.startswith(_library_folders())
+
+
+@functools.cache
+def _library_folders() -> tuple[str, ...]:
+    """The folders of :data:`_LIBRARY_PACKAGES` and :data:`_LIBRARY_SUBFOLDERS` this interpreter
+    has: found by top-level ``find_spec``, which imports nothing."""
+    folders = []
+    for package in (*_LIBRARY_PACKAGES, *_LIBRARY_SUBFOLDERS):
+        spec = importlib.util.find_spec(package)
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        sub = _LIBRARY_SUBFOLDERS.get(package)
+        folders += [os.path.join(location, sub) if sub else location for location in locations]
+    return tuple(os.path.normpath(folder) + os.sep for folder in folders)
 
 
 def _display_path(filename: str) -> str:
