@@ -50,6 +50,7 @@ INDEX_COLUMNS = (
     "batch_size",
     *DIMENSIONS,
     "gen_len",
+    "model_hash",  # a user's model: a configuration key (CONFIG_KEYS), null for the built-in ones
     "status",
     "tags",
     "trace_path",

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from tests.compile_rows import (
+from compile_rows import (
     ITEM_LINE,
     MISMATCH,
     SHAPE_LINE,
@@ -23,7 +22,8 @@ from tests.compile_rows import (
     write,
     xla_events,
 )
-from tests.test_ops import in_process, one_error_line
+from test_ops import in_process, one_error_line
+
 from tpubench import store
 from tpubench.analysis import compare
 from tpubench.analysis import compiles as analysis
@@ -291,8 +291,8 @@ def test_explain_on_xla_names_the_users_line_where_the_shape_came_in(
 ) -> None:
     """When the user's code makes the shape (a slice of the batch), the changed node is named
     at that line."""
-    from tests.conftest import TESTS_DIR
-    from tests.explain_workloads import SLICE_LINE
+    from conftest import TESTS_DIR
+    from explain_workloads import SLICE_LINE
 
     monkeypatch.setenv("TPUBENCH_WORKLOAD_MODULES", "explain_workloads")
     monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
@@ -333,8 +333,8 @@ def test_compiles_without_a_run_lists_the_runs_with_events(results: Path) -> Non
 def test_compiles_of_a_real_run_names_the_shape_change_and_its_line(tmp_path: Path, compile_workloads: None) -> None:
     """A real cpu-compile run (Dynamo through aot_eager: the same records at a fraction of
     Inductor's compile time) of batches 8, 8, 12, 8, 16, read back by the command."""
-    from tests.compile_workloads import line_of
-    from tests.helpers import tpubench
+    from compile_workloads import line_of
+    from helpers import tpubench
 
     results = tmp_path / "results"
     line = "run --workload recompile-shape --backend cpu-compile-eager --mode train --steps 3 --warmup 2 --results"

@@ -329,7 +329,7 @@ def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(serve, t
 def test_compilation_says_why_each_run_compiled_and_run_details_lists_its_events(serve, tmp_path: Path) -> None:
     """Issue 26, on a synthetic compiles table written through the store: the four figures, the
     why table, the measured cause in place of a guess, the per-run timeline, and the events."""
-    from tests.compile_rows import SHAPE_LINE, limit_events, run_row, shape_change_events, step_rows, write
+    from compile_rows import SHAPE_LINE, limit_events, run_row, shape_change_events, step_rows, write
 
     results = tmp_path / "results"
     runs = [
