@@ -222,7 +222,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from workloads import gpt2
+from workloads.llm import gpt2
 
 WORKLOAD = dataclasses.replace(gpt2.WORKLOAD, name="gpt2-mine")
 

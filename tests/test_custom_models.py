@@ -19,9 +19,9 @@ from helpers import tpubench
 
 import workloads
 from tpubench import store
-from workloads import gpt2, llama3
 from workloads.base import Shape
 from workloads.custom import ModelRef, ModelRefError, dry_run, resolve
+from workloads.llm import gpt2, llama3
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -247,7 +247,7 @@ def test_bad_model_input_from_the_real_command_line(user_dir: Path) -> None:
 PLUGIN = """
 import dataclasses
 
-from workloads import gpt2
+from workloads.llm import gpt2
 
 WORKLOAD = dataclasses.replace(gpt2.WORKLOAD, name="{name}")
 """

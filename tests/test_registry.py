@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import workloads
-from workloads.llm import parameter_count
+from workloads.llm.decoder import parameter_count
 
 
 def test_llm_suite_has_gpt2_and_llama3_with_their_sizes() -> None:

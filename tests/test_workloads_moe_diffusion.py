@@ -19,9 +19,9 @@ import torch
 from helpers import ROOT, measured_peak
 from torch.utils.flop_counter import FlopCounterMode
 
-from workloads import llm
 from workloads.base import Shape, Workload
 from workloads.diffusion import dit
+from workloads.llm import decoder
 from workloads.moe import mixtral
 
 WORKLOADS = (mixtral.WORKLOAD, dit.WORKLOAD)
@@ -80,7 +80,7 @@ def test_mixtral_prefill_and_decode_flops_equal_the_flop_counter(size: str) -> N
     config, batch_size, prompt, cache_len = mixtral.SIZES[size], 2, 16, 24
     generation = mixtral.WORKLOAD.generation
     model = meta_model(mixtral.WORKLOAD, size).eval()
-    cache = llm.KVCache.allocate(config, batch_size, cache_len, torch.device("meta"), torch.float32)
+    cache = decoder.KVCache.allocate(config, batch_size, cache_len, torch.device("meta"), torch.float32)
     batch = {"input_ids": torch.zeros(batch_size, prompt, dtype=torch.long, device="meta")}
     with torch.no_grad(), FlopCounterMode(display=False) as prefill:
         token = generation.prefill(model, batch, cache)

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from importlib import metadata
 from types import ModuleType
 
-from workloads import gpt2, llama3
 from workloads.base import (
     DIMENSIONS,
     GENERATION_MODES,
@@ -35,6 +34,7 @@ from workloads.base import (
 )
 from workloads.diffusion import dit
 from workloads.encoder import bert
+from workloads.llm import gpt2, llama3
 from workloads.moe import mixtral
 from workloads.vision import resnet, vit
 

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import llama3, llm
 from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Published, Shape, Workload
-from workloads.llm import DecoderConfig
+from workloads.llm import decoder, llama3
+from workloads.llm.decoder import DecoderConfig
 
 AUX_LOSS_COEF = 0.02  # Hugging Face MixtralConfig.router_aux_loss_coef
 
@@ -172,7 +172,7 @@ class Block(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: llm.KVCache | None,
+        cache: decoder.KVCache | None,
         positions: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         x = x + self.attention(self.attention_norm(x), cos, sin, cache, positions)
@@ -187,17 +187,17 @@ class Mixtral(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=1e-5)
-        self.lm_head = llm.lm_head(config, self.token_embedding)
-        self.apply(llm.init_weights)
+        self.lm_head = decoder.lm_head(config, self.token_embedding)
+        self.apply(decoder.init_weights)
 
     def forward(
         self,
         input_ids: torch.Tensor,
-        cache: llm.KVCache | None = None,
+        cache: decoder.KVCache | None = None,
         positions: torch.Tensor | None = None,
         return_balance: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Logits for ``input_ids`` (with a cache, at ``positions``: see llm.attention); with
+        """Logits for ``input_ids`` (with a cache, at ``positions``: see decoder.attention); with
         ``return_balance``, also Switch Transformer's load-balancing loss as transformers'
         ``load_balancing_loss_func`` computes it: over all layers' tokens at once, E x the sum over
         experts of (choices routed there per token) x (mean router probability)."""
@@ -226,7 +226,7 @@ def cached_flops(config: MoEConfig, batch_size: int, new_tokens: int, cache_len:
     """One forward of ``new_tokens`` tokens per sequence attending over ``cache_len`` keys.
 
     Attention projections, the router and the LM head run once per token; QK^T and AV over
-    all ``cache_len`` positions (full S x S, the masked half included, as llm.cached_flops);
+    all ``cache_len`` positions (full S x S, the masked half included, as decoder.cached_flops);
     the experts over all ``n_experts x capacity`` slots, full or empty.
     """
     tokens = batch_size * new_tokens
@@ -245,7 +245,8 @@ def flops(config: MoEConfig, shape: Shape, mode: str) -> float:
 def decode_bytes(config: MoEConfig, batch_size: int, cache_len: int, dtype: torch.dtype) -> float:
     """Bytes a decode step reads: every expert runs its slots, so every weight, and the whole cache."""
     return float(
-        total_params(config) * torch.finfo(dtype).bits // 8 + llm.kv_cache_bytes(config, batch_size, cache_len, dtype)
+        total_params(config) * torch.finfo(dtype).bits // 8
+        + decoder.kv_cache_bytes(config, batch_size, cache_len, dtype)
     )
 
 
@@ -258,7 +259,7 @@ RUNTIME_BYTES = {"train": 192 * 2**20, "infer": 64 * 2**20}
 def estimate_memory_bytes(config: MoEConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
     """What a run adds to its device at its peak, used to refuse runs that cannot fit.
 
-    As llm.estimate_memory_bytes: training keeps weights, gradients and two AdamW moments
+    As decoder.estimate_memory_bytes: training keeps weights, gradients and two AdamW moments
     (16 bytes a parameter in float32: 750 GB at 8x7b) and every layer's activations;
     inference one layer's. A layer's activations are the attention's (10 d per token and
     the S x S scores per head) and the experts' slots (input, output and three d_ff-wide
@@ -277,8 +278,8 @@ def estimate_memory_bytes(config: MoEConfig, shape: Shape, mode: str, dtype: tor
     else:
         needed = weights + layer_activations + logits_bytes
         if mode in GENERATION_MODES:
-            needed += llm.kv_cache_bytes(config, shape.batch_size, shape.seq_len, dtype)
-    return int(needed * llm.ALLOCATOR_HEADROOM) + RUNTIME_BYTES["train" if mode == "train" else "infer"]
+            needed += decoder.kv_cache_bytes(config, shape.batch_size, shape.seq_len, dtype)
+    return int(needed * decoder.ALLOCATOR_HEADROOM) + RUNTIME_BYTES["train" if mode == "train" else "infer"]
 
 
 WORKLOAD = Workload(
@@ -294,15 +295,15 @@ WORKLOAD = Workload(
         "tpu": Shape(batch_size=4, seq_len=2048),
     },
     build_model=Mixtral,
-    make_batch=llm.make_tokens,
+    make_batch=decoder.make_tokens,
     loss=loss,
-    forward=llm.logits,
+    forward=decoder.logits,
     flops=flops,
     estimate_memory_bytes=estimate_memory_bytes,
     dims=("seq_len",),
     modes=MODES + GENERATION_MODES,
     max_seq_len=lambda config: config.max_seq_len,
-    generation=Generation(llm.KVCache.allocate, llm.prefill, llm.decode, cached_flops, decode_bytes),
+    generation=Generation(decoder.KVCache.allocate, decoder.prefill, decoder.decode, cached_flops, decode_bytes),
     published=PUBLISHED,
     size_suites={"8x7b": ("mlperf",)},
     active_params=active_params,

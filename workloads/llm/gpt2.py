@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads import llm
 from workloads.base import Published, Shape
-from workloads.llm import DecoderConfig
+from workloads.llm import decoder
+from workloads.llm.decoder import DecoderConfig
 
 
 def _gpt2(n_layer: int, n_head: int, d_model: int) -> DecoderConfig:
@@ -46,11 +46,11 @@ class Block(nn.Module):
             nn.Linear(config.d_ff, config.d_model),
         )
 
-    def forward(self, x: torch.Tensor, cache: llm.KVCache | None, positions: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: decoder.KVCache | None, positions: torch.Tensor | None) -> torch.Tensor:
         batch, seq, dim = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(dim, dim=2)
         q, k, v = (t.view(batch, seq, self.n_head, dim // self.n_head).transpose(1, 2) for t in (q, k, v))
-        attended = llm.attention(q, k, v, cache, self.layer, positions).transpose(1, 2).reshape(batch, seq, dim)
+        attended = decoder.attention(q, k, v, cache, self.layer, positions).transpose(1, 2).reshape(batch, seq, dim)
         x = x + self.proj(attended)
         return x + self.mlp(self.ln_2(x))
 
@@ -62,14 +62,14 @@ class GPT2(nn.Module):
         self.position_embedding = nn.Embedding(config.max_seq_len, config.d_model)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model)
-        self.lm_head = llm.lm_head(config, self.token_embedding)
+        self.lm_head = decoder.lm_head(config, self.token_embedding)
         self.register_buffer("positions", torch.arange(config.max_seq_len), persistent=False)
-        self.apply(llm.init_weights)
+        self.apply(decoder.init_weights)
 
     def forward(
-        self, input_ids: torch.Tensor, cache: llm.KVCache | None = None, positions: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, cache: decoder.KVCache | None = None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Logits for ``input_ids``; with a cache, the tokens sit at ``positions`` (see llm.attention)."""
+        """Logits for ``input_ids``; with a cache, the tokens sit at ``positions`` (see decoder.attention)."""
         positions = self.positions[: input_ids.shape[1]] if positions is None else positions
         x = self.token_embedding(input_ids) + self.position_embedding(positions)
         for block in self.blocks:
@@ -86,7 +86,7 @@ PUBLISHED = {
     "1.5b": Published(1_557_611_200, "Radford et al. 2019; HF openai-community/gpt2-xl"),
 }
 
-WORKLOAD = llm.decoder_workload(
+WORKLOAD = decoder.decoder_workload(
     name="gpt2",
     family="gpt",
     description="GPT-2-style decoder: LayerNorm, GELU MLP, learned positions, tied LM head",

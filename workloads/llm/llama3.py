@@ -12,9 +12,9 @@ from functools import partial
 import torch
 from torch import nn
 
-from workloads import llm
 from workloads.base import Published, Shape
-from workloads.llm import DecoderConfig
+from workloads.llm import decoder
+from workloads.llm.decoder import DecoderConfig
 
 ROPE_THETA = 500_000.0
 VOCAB = 128_256
@@ -62,14 +62,14 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: llm.KVCache | None,
+        cache: decoder.KVCache | None,
         positions: torch.Tensor | None,
     ) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.q(x).view(batch, seq, self.n_head, self.head_dim).transpose(1, 2)
         k = self.k(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = self.v(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
-        attended = llm.attention(rotate(q, cos, sin), rotate(k, cos, sin), v, cache, self.layer, positions)
+        attended = decoder.attention(rotate(q, cos, sin), rotate(k, cos, sin), v, cache, self.layer, positions)
         return self.o(attended.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -97,7 +97,7 @@ class Block(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: llm.KVCache | None,
+        cache: decoder.KVCache | None,
         positions: torch.Tensor | None,
     ) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin, cache, positions)
@@ -111,13 +111,13 @@ class Llama3(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=1e-5)
-        self.lm_head = llm.lm_head(config, self.token_embedding)
-        self.apply(llm.init_weights)
+        self.lm_head = decoder.lm_head(config, self.token_embedding)
+        self.apply(decoder.init_weights)
 
     def forward(
-        self, input_ids: torch.Tensor, cache: llm.KVCache | None = None, positions: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, cache: decoder.KVCache | None = None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Logits for ``input_ids``; with a cache, the tokens sit at ``positions`` (see llm.attention)."""
+        """Logits for ``input_ids``; with a cache, the tokens sit at ``positions`` (see decoder.attention)."""
         x = self.token_embedding(input_ids)
         if positions is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -134,7 +134,7 @@ PUBLISHED = {
     "8b": Published(8_030_261_248, "Meta model card meta-llama/Llama-3.1-8B; MLPerf llama3.1_8b"),
 }
 
-WORKLOAD = llm.decoder_workload(
+WORKLOAD = decoder.decoder_workload(
     name="llama3",
     family="llama",
     description="Llama-3-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention",
