@@ -269,8 +269,10 @@ def compare_command(
         if not cross.empty:
             console.print(cross_table(cross))
         why = compare.overall_reason(frame)
+        # the keys some compared run sets: a dimension no workload here takes is not news
+        shown = [key for key in keys if key not in frame.columns or frame[key].notna().any()]
         console.print(
-            f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(keys)}; "
+            f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(shown)}; "
             + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
             + (f"; markdown: {markdown}" if markdown else "")
         )
