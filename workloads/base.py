@@ -22,6 +22,14 @@ DEVICE_KINDS = ("cpu", "cuda", "tpu")
 Batch = dict[str, torch.Tensor]
 
 
+#: what a memory estimate does not itemise: the allocator's fragmentation and temporaries
+ALLOCATOR_HEADROOM = 1.15
+#: what a run adds whatever the model's size: the first use of autograd, the optimizer and the
+#: math libraries, and the worker's own imports after its baseline. Tiny models (under 600k
+#: parameters) run through tpubench added up to 160 MiB in training and 75 MiB in inference
+FIXED_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
+
+
 #: the named dimensions a step's input can have besides its batch, in the order labels show them
 DIMENSIONS = ("seq_len", "image_size", "latent_size")
 

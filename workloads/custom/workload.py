@@ -20,15 +20,21 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Shape, Workload, default_dtype
+from workloads.base import (
+    ALLOCATOR_HEADROOM,
+    FIXED_BYTES,
+    GENERATION_MODES,
+    MODES,
+    Batch,
+    Generation,
+    Shape,
+    Workload,
+    default_dtype,
+)
 from workloads.custom.counting import StepCount, count_step
 from workloads.custom.loading import one_line
 from workloads.custom.ref import ModelRef, ModelRefError
 
-#: what the estimate does not itemise: the allocator's fragmentation and temporaries (as bert's)
-ALLOCATOR_HEADROOM = 1.15
-#: what any run adds whatever the model: autograd, the optimizer, math libraries (as bert's)
-FIXED_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
 #: AdamW training keeps the weights, two moments and a foreach temporary of the weights' size;
 #: the gradients are counted by the measured step, which creates them
 TRAIN_WEIGHT_COPIES = 4

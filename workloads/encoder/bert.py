@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import Batch, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, Published, Shape, Workload
 
 MASK_TOKEN = 103  # [MASK] in BERT's WordPiece vocabulary
 MASKED_SHARE = 0.15
@@ -156,14 +156,6 @@ def parameter_count(config: BertConfig) -> int:
     embeddings = (config.vocab_size + config.max_seq_len + config.type_vocab_size + 2) * d
     layer = 4 * d * d + 2 * d * config.d_ff + 9 * d + config.d_ff  # weights, biases, two LayerNorms
     return embeddings + config.n_layer * layer + d * d + d
-
-
-#: what the estimate does not itemise: the allocator's fragmentation and temporaries
-ALLOCATOR_HEADROOM = 1.15
-#: what a run adds whatever the model's size: the first use of autograd, the optimizer and the
-#: math libraries, and the worker's own imports after its baseline. Tiny models (under 600k
-#: parameters) run through tpubench added up to 160 MiB in training and 75 MiB in inference
-FIXED_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
 
 
 def estimate_memory_bytes(config: BertConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workloads.base import Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Published, Shape, Workload
 from workloads.vision.common import classification_loss, conv_flops, logits, make_images
 
 
@@ -154,14 +154,6 @@ def parameter_count(config: ResNetConfig) -> int:
     """Convolution weights, BatchNorm scales and shifts, and the classifier."""
     convs = sum(cin * cout * k * k + 2 * cout for _, cin, cout, k in _layers(config, 224))
     return convs + (config.widths[-1] * config.expansion + 1) * config.num_classes
-
-
-#: what the estimate does not itemise: the allocator's fragmentation and temporaries
-ALLOCATOR_HEADROOM = 1.15
-#: what a run adds whatever the model's size: the first use of autograd, the optimizer and the
-#: math libraries, and the worker's own imports after its baseline. Tiny models (under 600k
-#: parameters) run through tpubench added up to 160 MiB in training and 75 MiB in inference
-FIXED_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
 
 
 def estimate_memory_bytes(config: ResNetConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:

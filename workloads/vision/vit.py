@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import Batch, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, Published, Shape, Workload
 from workloads.vision.common import classification_loss, logits, make_images
 
 
@@ -130,14 +130,6 @@ def parameter_count(config: ViTConfig) -> int:
     layer = 4 * d * d + 2 * d * config.d_ff + 9 * d + config.d_ff  # weights, biases, two LayerNorms
     embedding = (3 * config.patch_size**2 + 1) * d + (config.patches + 2) * d
     return embedding + config.n_layer * layer + 2 * d + (d + 1) * config.num_classes
-
-
-#: what the estimate does not itemise: the allocator's fragmentation and temporaries
-ALLOCATOR_HEADROOM = 1.15
-#: what a run adds whatever the model's size: the first use of autograd, the optimizer and the
-#: math libraries, and the worker's own imports after its baseline. Tiny models (under 600k
-#: parameters) run through tpubench added up to 160 MiB in training and 75 MiB in inference
-FIXED_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
 
 
 def estimate_memory_bytes(config: ViTConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
