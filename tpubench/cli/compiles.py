@@ -20,6 +20,7 @@ from tpubench import store
 from tpubench.analysis import compiles as analysis
 from tpubench.analysis.changepoints import SERIES_KEYS
 from tpubench.cli.common import BadInput, app, console
+from tpubench.cli.compare import _records
 from tpubench.cli.ops import _find_run, _label, _results_dir, _value
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.spec import DIMENSIONS
@@ -94,10 +95,6 @@ def _event_table(events: pd.DataFrame) -> Table:
             _text(row["raw"], 80),
         )
     return table
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(frame.to_json(orient="records"))
 
 
 @app.command("compiles")
