@@ -170,6 +170,7 @@ def run_protocol(
     step: Callable[[], Any],
     on_phase: PhaseCallback = lambda phase, i, n: None,
     capture: Capture | None = None,
+    agree: Callable[[bool], bool] | None = None,
 ) -> Measurement:
     """Time ``step`` per the protocol in this module's docstring and return every sample.
 
@@ -204,11 +205,15 @@ def run_protocol(
     first_step_s = records[0].step_ms / 1e3
 
     changed, previous, warm = after_first != before, after_first, 0
+    if agree is not None:
+        changed = agree(changed)
     while (warm < spec.warmup or changed) and warm < spec.max_warmup:
         on_phase("warmup", warm, max(spec.warmup, warm + 1))
         warm += 1
         count = timed("warmup", warm)
         changed, previous = count != previous, count
+        if agree is not None:
+            changed = agree(changed)
     settled_count = previous
     if capture:
         capture.after_warmup(spec.fail_on_recompile)

@@ -195,7 +195,7 @@ class Executor:
             now = datetime.now(UTC)
             return {"status": "unavailable", "error": availability["reason"], "started_at": now, "finished_at": now}
         backend = get_backend(spec.backend)
-        env = worker_env(backend.worker_env)
+        env = worker_env(backend.worker_env_for(spec))
         staging = None
         # the store (pandas, pyarrow: 0.4 s to import) is imported only to place a finished
         # run's trace, so that a Ray actor measures without it while its fork server boots
@@ -321,6 +321,10 @@ def row_for(
         "batch_size": spec.batch_size,
         **{name: getattr(spec, name) for name in DIMENSIONS},
         "gen_len": spec.gen_len,
+        "devices": spec.devices,
+        "parallel": spec.parallel,
+        "tp_size": spec.tp_size,
+        "scaling": spec.scaling,
         # a user's model, as planned: a run that failed before saying what it measured keeps them
         "model_ref": spec.model_ref,
         "model_hash": spec.model_hash,
@@ -385,6 +389,9 @@ class SuiteRunner:
         done = store.load_runs(self.results_dir, status="ok")
         columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
         # a dimension a row's workload does not take (or an older row lacks) is null: None, as in the spec
+        done = done.reindex(columns=columns)
+        # rows from before multi-device runs measured one device, with no parallel plan
+        done = done.fillna({"devices": 1, "parallel": "none", "tp_size": 1})
         done = done[columns].astype(object).where(done[columns].notna(), None)
         return set(done.itertuples(index=False, name=None))
 

@@ -10,7 +10,24 @@ DTYPES = ("float32", "bfloat16")
 #: the letter a shape label gives each: b8xs128 (tokens), b8xi224 (pixels), b8xl32 (latent)
 DIMENSIONS = {"seq_len": "s", "image_size": "i", "latent_size": "l"}
 #: the fields that identify a run for ``--resume``: also columns of the runs table
-KEY_FIELDS = ("workload", "size", "backend", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len", "model_hash")
+KEY_FIELDS = (
+    "workload",
+    "size",
+    "backend",
+    "mode",
+    "dtype",
+    "batch_size",
+    *DIMENSIONS,
+    "gen_len",
+    "model_hash",
+    "devices",
+    "parallel",
+    "tp_size",
+    "scaling",
+)
+#: how a run splits over its devices (``--parallel``); ``none`` is one device
+PARALLEL_CHOICES = ("none", "dp", "fsdp", "tp", "fsdp_tp")
+SCALING_CHOICES = ("weak", "strong")
 
 
 def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | None = 0, *, prefix: str = "b") -> str:
@@ -39,7 +56,7 @@ class RunSpec:
     backend: str
     mode: str
     dtype: str
-    batch_size: int
+    batch_size: int  # the global batch: what one step consumes over all devices
     seq_len: int | None = None  # text; for prefill and decode: the prompt length
     image_size: int | None = None  # vision: pixels per side
     latent_size: int | None = None  # diffusion: latent pixels per side
@@ -62,6 +79,12 @@ class RunSpec:
     model_hash: str | None = None
     capture_compiles: bool = True  # record the compiles table (tpubench/compiles/); off to measure its cost
     fail_on_recompile: bool = False  # a compile after warm-up fails the run, with its cause and line
+    devices: int = 1  # devices the run uses (--devices): GPUs, PJRT devices, TorchTPU ranks
+    parallel: str = "none"  # the math: none, dp, fsdp, tp, fsdp_tp (tpubench.parallel)
+    tp_size: int = 1  # tensor-parallel degree: devices for tp, --tp for fsdp_tp, else 1
+    #: weak (the per-device batch stays, the global batch grows with the data-parallel degree)
+    #: or strong (the global batch stays); None for a one-device run with no parallel plan
+    scaling: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:
@@ -81,4 +104,11 @@ class RunSpec:
 
     def label(self) -> str:
         shape = shape_label(self.batch_size, self.dims(), self.gen_len)
-        return f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} {shape}"
+        label = f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} {shape}"
+        return f"{label} {self.parallel_label()}" if self.parallel != "none" else label
+
+    def parallel_label(self) -> str:
+        """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``: the plan and its degrees."""
+        if self.parallel == "fsdp_tp":
+            return f"fsdp{self.devices // self.tp_size}xtp{self.tp_size}"
+        return f"{self.parallel}{self.devices}"

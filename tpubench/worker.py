@@ -30,7 +30,7 @@ import numpy as np
 import psutil
 import torch
 
-from tpubench import TpubenchWarning, compiles, peaks, verify
+from tpubench import TpubenchWarning, compiles, parallel, peaks, verify
 from tpubench.backends import BACKENDS, Backend, get_backend
 from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
@@ -94,7 +94,15 @@ def _is_oom(error: BaseException) -> bool:
 
 
 def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
-    """One run, in phases: admit, build, time, summarise, then (optionally) trace."""
+    """One run, in phases: admit, build, time, summarise, then (optionally) trace.
+
+    A multi-device run of a process family measures in N rank processes, each running this
+    function (:mod:`tpubench.parallel.ranks`); this process launches them and merges their rows.
+    """
+    if parallel.is_multi_process(spec) and not parallel.ranks_env():
+        from tpubench.parallel import ranks
+
+        return ranks.measure_ranks(spec, channel)
     backend = get_backend(spec.backend)
     backend.setup(spec)
     availability = backend.availability()
@@ -120,6 +128,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     channel.send("phase", phase="build", step=0, of=1)
     dtype = getattr(torch, spec.dtype)
     instance = build(workload, spec.size, device=backend.device(), dtype=dtype, shape=shape_of(spec))
+    instance = parallel.apply(spec, backend, instance)
     backend.reset_peak_memory()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -130,7 +139,12 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         else:
             step = make_step(instance, model, spec.mode)
         measured = run_protocol(
-            spec, backend, step, lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n), capture
+            spec,
+            backend,
+            step,
+            lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n),
+            capture,
+            parallel.agreement(spec),
         )
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
@@ -148,7 +162,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
             capture.before_step(len(measured.records), "profile")
         trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
         channel.send("phase", phase="ingest", step=0, of=1)
-        row |= ingest_trace(trace_path, spec.profile_steps)
+        row |= ingest_trace(trace_path, spec.profile_steps, spec.devices, row["median_step_ms"])
     row |= compile_columns(spec, capture, measured)
     return {
         **row,
@@ -161,15 +175,18 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     }
 
 
-def ingest_trace(trace_path: str, profile_steps: int) -> dict[str, Any]:
-    """The trace's rows of the ``ops`` table (popped by the runner like ``steps``), and
-    ``profile_steps``. A trace that cannot be read costs its rows, never the run: the
-    error goes in ``ops_error``, and ``tpubench ops --ingest RUN_ID`` can try again."""
-    from tpubench.traces import ingest
+def ingest_trace(trace_path: str, profile_steps: int, devices: int, step_ms: float) -> dict[str, Any]:
+    """The trace's rows of the ``ops`` table (popped by the runner like ``steps``), per
+    device, ``profile_steps``, and on a multi-device run the time in collectives
+    (:mod:`tpubench.traces.collectives`). A trace that cannot be read costs its rows, never
+    the run: the error goes in ``ops_error``, and ``tpubench ops --ingest RUN_ID`` can try again."""
+    from tpubench.traces import collectives, ingest
 
     columns: dict[str, Any] = {"profile_steps": profile_steps}
     try:
-        columns["ops"] = ingest(trace_path, profile_steps)
+        columns["ops"] = ingest(trace_path, profile_steps, devices=devices)
+        if devices > 1:
+            columns |= collectives.columns(trace_path, profile_steps, devices, step_ms)
     except Exception as error:  # a reader's bug or a corrupt trace: the run's timings stand
         traceback.print_exc()
         columns["ops_error"] = f"{type(error).__name__}: {error}"

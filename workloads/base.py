@@ -82,6 +82,25 @@ class Generation:
 
 
 @dataclass(frozen=True)
+class ParallelPlan:
+    """How a workload splits over devices, as data (torchprime's sharding configs).
+
+    Names are ``fnmatch`` globs over ``model.named_modules()`` names (``blocks.*.attention.q``).
+    ``fsdp_units`` are wrapped one by one before the root (FSDP2's ``fully_shard`` per unit;
+    on XLA SPMD each unit's weights are sharded on the fsdp axis). ``tp`` maps each
+    ``nn.Linear`` to ``colwise`` (output features split) or ``rowwise`` (input features
+    split): DTensor's ``ColwiseParallel``/``RowwiseParallel`` on the process backends, and
+    the partition specs ``("tp", ...)``/``(..., "tp")`` on XLA, so every backend computes
+    the same thing. ``tp_divides`` names the config attributes a tensor-parallel degree
+    must divide (heads, KV heads, the MLP width), checked before anything runs.
+    """
+
+    fsdp_units: tuple[str, ...] = ()
+    tp: Mapping[str, str] = field(default_factory=dict)
+    tp_divides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Workload:
     """One benchmark model, declared once for every backend (TorchBench's ``Model`` idea).
 
@@ -127,6 +146,8 @@ class Workload:
     #: every step takes the run's batch. For test workloads that change shape on purpose, to
     #: check what a run records about recompiles (tests/compile_workloads.py)
     batch_schedule: tuple[int, ...] = ()
+    #: how it splits over devices (``--parallel``); None: one device, or data parallel only
+    parallel: ParallelPlan | None = None
 
     @property
     def suite(self) -> str:

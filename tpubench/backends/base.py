@@ -77,6 +77,17 @@ class Backend(ABC):
         off torch's device-backend autoload so an installed TPU plugin cannot alter them."""
         return dict(DEFAULT_WORKER_ENV)
 
+    def worker_env_for(self, spec: RunSpec) -> dict[str, str]:
+        """The worker environment of one run: :attr:`worker_env` plus what the run's devices
+        need before Python starts (the N virtual devices of a multi-device PJRT CPU run,
+        the GPUs or chips it is pinned to)."""
+        return self.worker_env
+
+    def simulated_devices(self) -> bool:
+        """Whether a multi-device run here only simulates its devices (gloo ranks sharing the
+        host's CPUs, PJRT's virtual CPU devices): its rows are marked, their timings mean nothing."""
+        return False
+
     def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:
         """In the parent: start this backend's worker (``start`` returns its row fields).
 

@@ -1,0 +1,124 @@
+"""Multi-device runs: how a run's devices are laid out, and how each backend family splits
+a model over them.
+
+``--parallel`` names the math (dp, fsdp, tp, fsdp_tp); each backend family implements it
+with its own idiomatic mechanism, from the workload's one :class:`workloads.ParallelPlan`:
+
+- the process families (cpu, cuda, tpu and their ``-compile`` twins) start N rank processes
+  that talk through ``torch.distributed`` (gloo on 127.0.0.1, nccl, TorchTPU's
+  ``tpu_dist``), with DDP, FSDP2 and DTensor tensor parallelism (:mod:`.ranks`,
+  :mod:`.dtensor`);
+- the xla family runs one process over N PJRT devices with SPMD partition specs
+  (:mod:`.spmd`): torch_xla's multiprocess mode is the legacy path, and aborts on CPU.
+
+This module is torch-free: the parent plans and labels runs with it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tpubench.spec import RunSpec
+
+if TYPE_CHECKING:
+    from tpubench.backends import Backend
+    from workloads import Instance
+
+#: the process families and the ``torch.distributed`` backend their ranks talk through
+PROCESS_FAMILIES = {"cpu": "gloo", "cuda": "nccl", "tpu": "tpu_dist"}
+#: the families that run one process over all devices with SPMD
+SPMD_FAMILIES = {"xla": "xla"}
+
+
+def family(backend: str) -> str:
+    """``cuda-compile`` -> ``cuda``: the backends that share a mechanism."""
+    return backend.split("-")[0]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A run's devices as a (data-parallel, tensor-parallel) mesh."""
+
+    devices: int
+    parallel: str
+    tp: int = 1
+
+    @property
+    def dp(self) -> int:
+        """The data-parallel degree (dp and fsdp ranks; the fsdp axis of fsdp_tp)."""
+        return self.devices // self.tp
+
+    @property
+    def mesh(self) -> str | None:
+        """``dp=4``, ``fsdp=8``, ``tp=4``, ``fsdp=2,tp=2``; None for one device."""
+        if self.parallel == "none":
+            return None
+        if self.parallel == "fsdp_tp":
+            return f"fsdp={self.dp},tp={self.tp}"
+        return f"{self.parallel}={self.devices}"
+
+
+def layout_of(spec: RunSpec) -> Layout:
+    return Layout(spec.devices, spec.parallel, spec.tp_size)
+
+
+def implementation(spec: RunSpec) -> str | None:
+    """What carries the plan out (the ``parallel_impl`` column): ``ddp``, ``fsdp2``,
+    ``dtensor-tp``, ``fsdp2+dtensor-tp`` or ``xla-spmd``; None for a one-device run."""
+    if spec.parallel == "none" or spec.devices == 1:
+        return None
+    if family(spec.backend) in SPMD_FAMILIES:
+        return "xla-spmd"
+    return {"dp": "ddp", "fsdp": "fsdp2", "tp": "dtensor-tp", "fsdp_tp": "fsdp2+dtensor-tp"}[spec.parallel]
+
+
+def comm_backend(spec: RunSpec) -> str | None:
+    """How the devices talk (the ``comm_backend`` column); None for a one-device run."""
+    if spec.devices == 1:
+        return None
+    name = family(spec.backend)
+    return PROCESS_FAMILIES.get(name) or SPMD_FAMILIES.get(name)
+
+
+def is_multi_process(spec: RunSpec) -> bool:
+    """Whether the run's worker launches rank processes (rather than measuring itself)."""
+    return spec.devices > 1 and family(spec.backend) in PROCESS_FAMILIES
+
+
+def apply(spec: RunSpec, backend: Backend, instance: Instance) -> Instance:
+    """Split ``instance`` (built whole, on this process's device, from the one seed) over the
+    run's devices: wrap or shard its model and give this rank its part of the global batch.
+    Unchanged for a one-device run."""
+    if spec.devices == 1 or spec.parallel == "none":
+        return instance
+    if family(spec.backend) in SPMD_FAMILIES:
+        from tpubench.parallel import spmd
+
+        return spmd.apply(spec, backend, instance)
+    from tpubench.parallel import dtensor
+
+    return dtensor.apply(spec, backend, instance)
+
+
+def agreement(spec: RunSpec) -> Any:
+    """``run_protocol``'s ``agree``: whether any rank's compile count changed in a warm-up
+    step, so that every rank takes the same number of steps (a rank that stops early
+    leaves the others waiting in a collective). Identity outside a rank process."""
+    if not is_multi_process(spec):
+        return None
+    from tpubench.parallel import ranks
+
+    return ranks.any_rank
+
+
+def ranks_env() -> dict[str, int] | None:
+    """This process's rank, local rank and world size when it is one rank of a multi-device
+    run (torchrun's variables, which :mod:`.ranks` sets), else None."""
+    if "TPUBENCH_RANK" not in os.environ:
+        return None
+    return {
+        name: int(os.environ[var])
+        for name, var in (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world", "WORLD_SIZE"))
+    }
