@@ -35,6 +35,10 @@ def bench(
     seq_len: int | Sequence[int] | None = None,
     image_size: int | Sequence[int] | None = None,
     latent_size: int | Sequence[int] | None = None,
+    devices: int | Sequence[int] | None = None,
+    parallel: str = "none",
+    tp: int | None = None,
+    scaling: str | None = None,
     model_config: dict[str, Any] | Iterable[tuple[str, Any]] | None = None,
     task: str | None = None,
     dtype: str = "float32",
@@ -49,7 +53,9 @@ def bench(
     ``"module:function"`` or ``"path/to/file.py:function"`` string, or ``"hf:llama"``,
     ``"hf:/path/to/dir"``. ``inputs`` makes a batch, ``(batch_size, generator, **dims) ->
     dict | tuple``; ``loss`` is ``(model, batch) -> scalar``. ``model_config`` goes to the
-    factory as keyword arguments (hf: onto the config). ``options`` are the remaining
+    factory as keyword arguments (hf: onto the config). ``devices`` (a sweep), ``parallel``
+    (dp, fsdp, tp, fsdp_tp), ``tp`` and ``scaling`` spread each run over several devices, as
+    ``tpubench run --devices`` does (docs/multi-device.md). ``options`` are the remaining
     :class:`tpubench.spec.RunSpec` settings (``steps``, ``warmup``, ``timeout_s``,
     ``verify``...). The rows are written to the store only when ``results`` names one.
     Bad input raises :class:`workloads.custom.ModelRefError` (a ``ValueError``) before
@@ -79,6 +85,10 @@ def bench(
         seq_len=seq_len,
         image_size=image_size,
         latent_size=latent_size,
+        devices=devices,
+        parallel=parallel,
+        tp=tp,
+        scaling=scaling,
         model_ref=ref.to_json(),
         **options,
     )

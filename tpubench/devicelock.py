@@ -11,6 +11,10 @@ kept between runs, like any lock file, and hold the pid of the current holder.
 
 A process that holds a device may take its lock again (a Ray actor holds it across its probe
 and its run, and the run's executor takes it too): the inner ``with`` waits for nothing.
+
+A multi-device run holds one lock per device, taken one after another in the order given
+(the runner sorts them: two runs that need the same devices then queue on the first, and
+never hold one each while waiting for the other).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 #: the devices this process holds, and how many ``with`` blocks hold each
@@ -31,11 +35,19 @@ def lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def hold(device: str, on_wait: Callable[[str], None] = lambda message: None) -> Iterator[float]:
-    """Hold ``device``'s lock for the ``with`` block; yields the seconds spent waiting for it.
+def hold(devices: str | Sequence[str], on_wait: Callable[[str], None] = lambda message: None) -> Iterator[float]:
+    """Hold the lock of ``devices`` (one name, or several taken in their order) for the
+    ``with`` block; yields the seconds spent waiting for them.
 
-    ``on_wait`` hears one message when the device is busy, before the wait begins.
+    ``on_wait`` hears one message per busy device, before its wait begins.
     """
+    names = [devices] if isinstance(devices, str) else list(devices)
+    with contextlib.ExitStack() as stack:
+        yield sum(stack.enter_context(_hold_one(name, on_wait)) for name in names)
+
+
+@contextlib.contextmanager
+def _hold_one(device: str, on_wait: Callable[[str], None]) -> Iterator[float]:
     if device in _HELD:
         _HELD[device] += 1
         try:

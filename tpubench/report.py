@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpubench.hostload import is_busy
-from tpubench.spec import DIMENSIONS, shape_label
+from tpubench.spec import DIMENSIONS, parallel_label, shape_label
 
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}  # others (mismatch, failed...) red
 BUSY_STYLE = "yellow"  # ok, but measured while other processes competed for the CPUs
@@ -46,11 +46,19 @@ def _shape(row: dict[str, Any]) -> str:
     return shape_label(row["batch_size"], row, row.get("gen_len"), prefix="")
 
 
+def _devices(row: dict[str, Any]) -> str:
+    """The run's plan and degrees (``dp4``, ``fsdp2xtp2``); ``-`` for a one-device run."""
+    return parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size")) or "-"
+
+
 def _status(row: dict[str, Any]) -> Text:
     status = row["status"]
     busy = is_busy(row.get("host_other_cpu_share"))
     return Text(
-        status + (", verified" if row.get("verified") == "match" else "") + (", host busy" if busy else ""),
+        status
+        + (", verified" if row.get("verified") == "match" else "")
+        + (", host busy" if busy else "")
+        + (", simulated" if row.get("simulated") is True else ""),
         style=BUSY_STYLE if busy and status == "ok" else STATUS_STYLE.get(status, "bold red"),
     )
 
@@ -69,11 +77,13 @@ COLUMNS = (
     Column("backend", lambda r: r["backend"], 100, numeric=False),
     Column("mode", lambda r: r["mode"], 100, numeric=False),
     Column("shape", _shape, 100, numeric=False),
+    Column("devices", _devices, 100, numeric=False),
     Column("status", _status, 100, numeric=False),
     Column("median ms", lambda r: _number(r.get("median_step_ms")), 90),
     Column("p90 ms", lambda r: _number(r.get("p90_step_ms")), 20),
     Column("samples/s", lambda r: _number(r.get("samples_per_s"), 1), 30),
     Column("tokens/s", lambda r: _number(r.get("tokens_per_s"), 0), 60),
+    Column("tokens/s/dev", lambda r: _number(r.get("tokens_per_s_per_device"), 0) if _devices(r) != "-" else "-", 55),
     Column("TTFT ms", lambda r: _number(r.get("ttft_p50_ms")), 80),
     Column("TPOT ms", lambda r: _number(r.get("tpot_p50_ms")), 80),
     Column("MFU", lambda r: _percent(r.get("mfu")), 70),
@@ -85,7 +95,7 @@ ALWAYS = 100
 
 
 def _sorted(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    order = ("workload", "size", "backend", "mode", "batch_size", *DIMENSIONS, "gen_len")
+    order = ("workload", "size", "backend", "mode", "parallel", "devices", "batch_size", *DIMENSIONS, "gen_len")
     return sorted(rows, key=lambda r: tuple(r.get(key) or 0 for key in order))  # sweeps grouped
 
 
@@ -145,4 +155,5 @@ def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _label(row: dict[str, Any]) -> str:
-    return f"{row['workload']}/{row['size']} {row['backend']} {row['mode']}"
+    label = f"{row['workload']}/{row['size']} {row['backend']} {row['mode']}"
+    return label if _devices(row) == "-" else f"{label} {_devices(row)}"

@@ -23,12 +23,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tpubench import devicelock
 from tpubench.backends import get_backend
+from tpubench.backends.base import SIMULATED_DEVICES_ENV
 from tpubench.fingerprint import fingerprint, fingerprint_hash
+from tpubench.parallel import planning
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.results_dir import is_remote
 from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
 
 if TYPE_CHECKING:
+    from tpubench.backends import Backend
     from tpubench.store import InvocationWriter
     from workloads import Workload
 
@@ -70,9 +73,14 @@ def plan(
     image_size: int | Sequence[int] | None = None,
     latent_size: int | Sequence[int] | None = None,
     gen_len: int | Sequence[int] | None = None,
+    devices: int | Sequence[int] | None = None,
+    parallel: str = "none",
+    tp: int | None = None,
+    scaling: str | None = None,
     **settings: Any,
 ) -> list[RunSpec]:
-    """Every combination of workload, size, backend, mode and shape, in that nesting order.
+    """Every combination of workload, size, backend, mode, shape and device count, in that
+    nesting order.
 
     Each workload runs at its default size unless ``sizes`` names others (a mapping gives
     each workload its own; None there means the default), and in train and infer modes
@@ -81,7 +89,14 @@ def plan(
     (prompt) lengths, image or latent sizes or generation lengths is a sweep, one run per
     combination (generation lengths only apply to decode). A dimension applies to the
     workloads that take it (``Workload.dims``); one that none of them takes is a
-    ValueError, as is a prompt plus generation beyond a model's context. ``settings`` are
+    ValueError, as is a prompt plus generation beyond a model's context.
+
+    ``devices`` (a sweep, default 1) with ``parallel`` (dp, fsdp, tp, fsdp_tp; required above
+    one device), ``tp`` (fsdp_tp's tensor-parallel degree) and ``scaling`` lay each run out
+    over its devices (:mod:`tpubench.parallel.planning`): ``batch_size`` is then per
+    data-parallel rank under weak scaling (the default for dp and fsdp training) and global
+    under strong, and the specs hold the global batch. A layout the workload cannot take (a
+    degree that does not divide its heads or the batch) is a ValueError too. ``settings`` are
     the remaining :class:`RunSpec` fields.
     """
     from workloads import MODES, get_workload, registry  # the registry imports torch: only planning needs it
@@ -95,6 +110,7 @@ def plan(
             raise ValueError(
                 f"{option} does not apply to {', '.join(w.name for w in chosen)}; workloads with it: {takers}"
             )
+    layouts = planning.layouts([n for n in _as_list(devices) if n is not None] or [1], parallel, tp)
     specs = []
     for workload in chosen:
         wanted = sizes.get(workload.name) if isinstance(sizes, Mapping) else sizes
@@ -104,13 +120,17 @@ def plan(
             kind = get_backend(backend).device_kind
             sweeps = [_as_list(value) if name in workload.dims else [None] for name, value in given.items()]
             gens = _as_list(gen_len) if mode == "decode" else [0]
-            for batch, *dims, gen in product(_as_list(batch_size), *sweeps, gens):
+            for batch, *dims, gen, layout in product(_as_list(batch_size), *sweeps, gens, layouts):
                 shape = workload.shape(kind, batch, **dict(zip(given, dims, strict=True)))
+                run_scaling = planning.scaling_for(layout, mode, scaling)
+                shape = replace(shape, batch_size=planning.global_batch(shape.batch_size, layout, run_scaling))
                 generated = DEFAULT_GEN_LEN if gen is None else gen
                 if shape.seq_len is not None:
                     _check_context(workload, size, shape.seq_len, generated)
                 if error := workload.shape_error(workload.config(size), shape):
                     raise ValueError(f"{workload.name}/{size}: {error}")
+                if error := planning.tp_error(workload, size, workload.config(size), layout):
+                    raise ValueError(error)
                 specs.append(
                     RunSpec(
                         suite=workload.suite,
@@ -122,6 +142,10 @@ def plan(
                         batch_size=shape.batch_size,
                         **shape.dims(),
                         gen_len=generated,
+                        devices=layout.devices,
+                        parallel=layout.parallel,
+                        tp_size=layout.tp,
+                        scaling=run_scaling,
                         **settings,
                     )
                 )
@@ -164,12 +188,55 @@ def python_for(pythons: dict[str, str], backend: str) -> str:
     return pythons.get(backend) or pythons.get(family) or sys.executable
 
 
-def lock_name(device_kind: str, env: dict[str, str]) -> str:
-    """The device lock a worker with ``env`` takes: its kind, and the chip or GPU it is pinned
-    to where one is (Ray and the TPU backends pin a run to one), so runs on different chips of
-    one host can proceed side by side."""
-    pinned = {"tpu": env.get("TPU_VISIBLE_CHIPS"), "cuda": env.get("CUDA_VISIBLE_DEVICES")}.get(device_kind)
-    return f"{device_kind}-{pinned}" if pinned else device_kind
+#: the variable that pins a worker to its devices, per device kind (Ray and the TPU backends set them)
+PIN_VARIABLES = {"tpu": "TPU_VISIBLE_CHIPS", "cuda": "CUDA_VISIBLE_DEVICES"}
+
+
+def lock_name(device_kind: str, env: dict[str, str], devices: int = 1) -> list[str]:
+    """The device locks a worker with ``env`` takes, one per device it drives, in the order
+    they are taken (sorted, so two runs that share devices never hold one each and wait
+    for the other): its kind and the chip or GPU it is pinned to where one is (Ray and the
+    TPU backends pin a run; a multi-device run is pinned to its N devices by
+    ``Backend.worker_env_for``), else the first ones, as the runtime numbers them (an unpinned
+    CUDA worker uses GPU 0), so runs on different chips of one host can proceed side by
+    side. The host's CPU is one device, whatever the number of ranks sharing it. Fewer
+    names than ``devices`` means the pin leaves too few devices."""
+    variable = PIN_VARIABLES.get(device_kind)
+    if variable is None:
+        return [device_kind]
+    # unpinned, a runtime numbers the host's devices from 0: a run uses the first ones
+    pinned = [part.strip() for part in env.get(variable, "").split(",") if part.strip()]
+    chosen = pinned[:devices] if pinned else [str(index) for index in range(devices)]
+    return [f"{device_kind}-{device}" for device in sorted(chosen, key=_device_order)]
+
+
+def _device_order(device: str) -> tuple[int, int | str]:
+    """GPU and chip indexes in numeric order (2 before 10), other ids (GPU UUIDs) after them."""
+    return (0, int(device)) if device.isdigit() else (1, device)
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    """The result of a run that cannot start here: no worker ran, so it started and finished now."""
+    now = datetime.now(UTC)
+    return {"status": "unavailable", "error": reason, "started_at": now, "finished_at": now}
+
+
+def too_few_devices(spec: RunSpec, backend: Backend, availability: dict[str, Any], locks: list[str]) -> str | None:
+    """Why ``spec`` cannot have its devices here (None: it can): more than the backend has
+    (``Availability.parallel_devices``: GPUs, chips, or the simulated limit of the CPU
+    families), or more than the user's pin (``CUDA_VISIBLE_DEVICES``, ``TPU_VISIBLE_CHIPS``)
+    leaves. Such a run gets an ``unavailable`` row, like a backend missing from this host."""
+    if spec.devices == 1:
+        return None
+    have = availability.get("parallel_devices") or 1
+    if spec.devices > have:
+        where = availability.get("device_name") or spec.backend
+        return f"{spec.devices} devices needed; {spec.backend} has {have} here ({where})" + (
+            f" (simulated devices: {SIMULATED_DEVICES_ENV} sets how many)" if backend.simulated_devices() else ""
+        )
+    if backend.device_kind == "cuda" and len(locks) < spec.devices:  # a TPU pin counts chips, not devices
+        return f"{spec.devices} devices needed; the pin to {', '.join(locks)} leaves {len(locks)}"
+    return None
 
 
 def wait_reporter(on_event: Callable[[dict[str, Any]], None]) -> Callable[[str], None]:
@@ -192,10 +259,12 @@ class Executor:
     ) -> dict[str, Any]:
         """The run's result fields (with ``started_at``, ``finished_at``, ``steps``, ``ops``)."""
         if not availability["available"]:
-            now = datetime.now(UTC)
-            return {"status": "unavailable", "error": availability["reason"], "started_at": now, "finished_at": now}
+            return unavailable(availability["reason"])
         backend = get_backend(spec.backend)
         env = worker_env(backend.worker_env_for(spec))
+        locks = lock_name(backend.device_kind, env, spec.devices)
+        if reason := too_few_devices(spec, backend, availability, locks):
+            return unavailable(reason)
         staging = None
         # the store (pandas, pyarrow: 0.4 s to import) is imported only to place a finished
         # run's trace, so that a Ray actor measures without it while its fork server boots
@@ -205,7 +274,7 @@ class Executor:
             spec = replace(spec, trace_dir=str(((trace_root or Path(staging)) / spec.run_id).resolve()))
         on_wait = wait_reporter(on_event)
         try:
-            with devicelock.hold(lock_name(backend.device_kind, env), on_wait) as waited:
+            with devicelock.hold(locks, on_wait) as waited:
                 started_at = datetime.now(UTC)
                 result = backend.run_on_device(  # a TPU waits for its chip, and retries once if busy
                     lambda: classify(
@@ -389,9 +458,7 @@ class SuiteRunner:
         done = store.load_runs(self.results_dir, status="ok")
         columns = [*KEY_FIELDS, "fingerprint", "warmup_min_steps", "measured_steps", "tags"]
         # a dimension a row's workload does not take (or an older row lacks) is null: None, as in the spec
-        done = done.reindex(columns=columns)
-        # rows from before multi-device runs measured one device, with no parallel plan
-        done = done.fillna({"devices": 1, "parallel": "none", "tp_size": 1})
+        done = done.reindex(columns=columns)  # store.upgrade gave rows from before --devices one device
         done = done[columns].astype(object).where(done[columns].notna(), None)
         return set(done.itertuples(index=False, name=None))
 

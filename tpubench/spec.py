@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 DTYPES = ("float32", "bfloat16")
 #: a step's named input dimensions (``workloads.base.DIMENSIONS``; torch-free here) and
@@ -28,6 +29,15 @@ KEY_FIELDS = (
 #: how a run splits over its devices (``--parallel``); ``none`` is one device
 PARALLEL_CHOICES = ("none", "dp", "fsdp", "tp", "fsdp_tp")
 SCALING_CHOICES = ("weak", "strong")
+
+
+def parallel_label(parallel: Any, devices: Any, tp_size: Any) -> str:
+    """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``: a run's plan and its degrees, from a spec
+    or a stored row (whose numbers may load as floats); "" for a run with no plan."""
+    if not isinstance(parallel, str) or parallel == "none":
+        return ""
+    devices, tp = int(devices), int(tp_size or 1)
+    return f"fsdp{devices // tp}xtp{tp}" if parallel == "fsdp_tp" else f"{parallel}{devices}"
 
 
 def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | None = 0, *, prefix: str = "b") -> str:
@@ -109,6 +119,4 @@ class RunSpec:
 
     def parallel_label(self) -> str:
         """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``: the plan and its degrees."""
-        if self.parallel == "fsdp_tp":
-            return f"fsdp{self.devices // self.tp_size}xtp{self.tp_size}"
-        return f"{self.parallel}{self.devices}"
+        return parallel_label(self.parallel, self.devices, self.tp_size)

@@ -276,14 +276,24 @@ def scan_table(
 UPGRADE_COLUMNS = ("schema_version", "mode", "output_tokens_per_s")
 
 
+#: what a runs row from before multi-device runs measured (``devices``, ``parallel``, ``tp_size`` null)
+ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1}
+
+
 def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     """Rows of older schema versions in the current meaning of their columns (docs/schema.md).
 
     Version 2: a decode run's ``tokens_per_s`` is output tokens per second, the serving
     tools' meaning and the same figure as ``output_tokens_per_s``; before, it counted the
     prompt's tokens too (over the median generation), a second meaning under one name.
+    Rows without ``devices`` (before issue 27) get :data:`ONE_DEVICE`.
     """
-    if table != "runs" or not {"tokens_per_s", *UPGRADE_COLUMNS} <= set(frame.columns):
+    if table != "runs":
+        return frame
+    # rows from before multi-device runs (issue 27; a nullable addition, no version) used one
+    # device and no plan: so they pair, resume and scale with the one-device rows written since
+    frame = frame.fillna({column: value for column, value in ONE_DEVICE.items() if column in frame.columns})
+    if not {"tokens_per_s", *UPGRADE_COLUMNS} <= set(frame.columns):
         return frame
     older = (frame["schema_version"] < 2) & (frame["mode"] == "decode")
     if older.any():

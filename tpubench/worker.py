@@ -35,10 +35,12 @@ from tpubench.backends import BACKENDS, Backend, get_backend
 from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
 from tpubench.models import WorkloadUnavailable, workload_for
+from tpubench.parallel import planning
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
 from workloads import GENERATION_MODES, Shape, Workload, build
+from workloads.base import FIXED_BYTES
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
 BACKEND_COLUMNS = (
@@ -99,6 +101,8 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     A multi-device run of a process family measures in N rank processes, each running this
     function (:mod:`tpubench.parallel.ranks`); this process launches them and merges their rows.
     """
+    if reason := tensor_parallel_refusal(spec):
+        return {"status": "skipped", "error": reason}
     if parallel.is_multi_process(spec) and not parallel.ranks_env():
         from tpubench.parallel import ranks
 
@@ -114,9 +118,11 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         return {"status": "unavailable", "error": str(error)}
     config = workload.config(spec.size)
     identity = identity_columns(workload, config, spec)
+    device = (availability.device_name, backend.device_kind)  # peaks match within the device kind
     row = {
         "device": availability.device_name,
         **identity,
+        **layout_columns(spec, device, backend.simulated_devices()),
         **admit(spec, backend, availability.device_name, workload, config),
     }
     if row.get("status") == "skipped":
@@ -152,9 +158,9 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         row |= timing_columns(measured)
         row |= backend_columns(extra, backend.peak_memory_bytes())
         precision = extra.get("float32_matmul_precision", "highest")
-        device = (availability.device_name, backend.device_kind)  # peaks match within the device kind
         row |= throughput_columns(spec, workload, config, device, row["median_step_ms"], precision, identity)
         row |= serving_columns(workload, config, spec, device, timings[-spec.steps :])
+        row |= per_device_columns(row, spec.devices)
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
@@ -172,6 +178,50 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         **parameter_columns(workload, config, instance.model),
         "warnings": run_notes(caught, measured, capture.notes if capture else []),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
+    }
+
+
+def tensor_parallel_refusal(spec: RunSpec) -> str | None:
+    """Why a tp or fsdp_tp run cannot split its workload (it has no tensor-parallel plan),
+    found before any rank or model is started; None for every other run."""
+    if spec.parallel not in planning.TENSOR_PARALLEL:
+        return None
+    try:
+        workload = workload_for(spec)
+    except WorkloadUnavailable:  # said by the run itself, as for any run
+        return None
+    return planning.missing_plan(spec.parallel, workload)
+
+
+def layout_columns(spec: RunSpec, device: tuple[str, str], simulated: bool) -> dict[str, Any]:
+    """How the run is laid out over its devices: chips (a TPU v7 chip is two devices), hosts,
+    what carries the plan out, the mesh, how the devices talk, the global batch and each
+    device's share of it, and whether the devices were only simulated (``simulated``: the
+    backend's :meth:`Backend.simulated_devices`, for a run of more than one device).
+
+    ``device`` is the device's name and kind, which select its chip in :mod:`tpubench.peaks`.
+    """
+    layout = parallel.layout_of(spec)
+    peak = peaks.lookup(*device)
+    per_chip = peak.devices_per_chip if peak else 1
+    return {
+        "chips": -(-spec.devices // per_chip),
+        "hosts": 1,
+        "parallel_impl": parallel.implementation(spec),
+        "mesh": layout.mesh,
+        "comm_backend": parallel.comm_backend(spec),
+        "global_batch_size": spec.batch_size,
+        "per_device_batch_size": spec.batch_size // layout.dp,
+        "simulated": spec.devices > 1 and simulated,
+    }
+
+
+def per_device_columns(row: dict[str, Any], devices: int) -> dict[str, Any]:
+    """Throughput per device (torchtitan's tokens/s per GPU, MaxText's per chip): the run's
+    global samples and tokens per second over its ``devices``."""
+    return {
+        f"{name}_per_device": row[name] / devices if row.get(name) is not None else None
+        for name in ("samples_per_s", "tokens_per_s")
     }
 
 
@@ -244,7 +294,9 @@ def identity_columns(workload: Workload, config: Any, spec: RunSpec) -> dict[str
 
 
 def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload, config: Any) -> dict[str, Any]:
-    """The memory estimate, and a ``skipped`` status when the run cannot fit on the device.
+    """The memory estimate (per device: :func:`device_estimate`), and a ``skipped`` status
+    when the run cannot fit on the device. Simulated devices share this host's memory, so
+    all of theirs must fit in it together.
 
     For prefill and decode the estimate's sequence is the whole static cache, prompt plus
     generated tokens.
@@ -252,17 +304,40 @@ def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload,
     shape = shape_of(spec)
     if spec.gen_len:
         shape = replace(shape, seq_len=spec.seq_len + spec.gen_len)
-    estimate = workload.estimate_memory_bytes(config, shape, spec.mode, getattr(torch, spec.dtype))
+    estimate = device_estimate(workload, config, shape, spec.mode, getattr(torch, spec.dtype), parallel.layout_of(spec))
+    shared = spec.devices if spec.devices > 1 and backend.simulated_devices() else 1
     capacity = backend.memory_capacity_bytes()
     columns = {"estimated_mem_bytes": estimate, "baseline_mem_bytes": backend.memory_in_use_bytes()}
-    if capacity is None or estimate <= capacity:
+    if capacity is None or estimate * shared <= capacity:
         return columns
+    each = f" per device, x {shared} simulated devices sharing the host," if shared > 1 else ""
     return {
         **columns,
         "status": "skipped",
-        "error": f"estimated {estimate / 2**30:.1f} GiB exceeds the {capacity / 2**30:.1f} GiB "
+        "error": f"estimated {estimate / 2**30:.1f} GiB{each} exceeds the {capacity / 2**30:.1f} GiB "
         f"available on {device_name or spec.backend}",
     }
+
+
+def device_estimate(
+    workload: Workload, config: Any, shape: Shape, mode: str, dtype: torch.dtype, layout: parallel.Layout
+) -> int:
+    """What one device of the run holds, by the workload's estimate (its whole figure for one
+    device). A rough split for more: the estimate at batch 1 and 2 gives the part that grows
+    with the batch (activations, logits, the KV cache: each device holds its share of the
+    global batch) and the part that does not (weights, gradients, AdamW moments), which fsdp
+    divides by the data-parallel degree, tp by the tensor-parallel one and fsdp_tp by both;
+    the runtime's fixed bytes stay whole. Tensor parallelism also splits some activations,
+    which this leaves whole, so a tp estimate errs high."""
+    estimate = workload.estimate_memory_bytes
+    if layout.devices == 1:
+        return estimate(config, shape, mode, dtype)
+    one, two = (estimate(config, replace(shape, batch_size=batch), mode, dtype) for batch in (1, 2))
+    per_sample = max(two - one, 0)
+    state = one - per_sample
+    runtime = min(FIXED_BYTES.get(mode, FIXED_BYTES["infer"]), state)
+    shards = {"dp": 1, "fsdp": layout.dp, "tp": layout.tp, "fsdp_tp": layout.devices}[layout.parallel]
+    return runtime + (state - runtime) // shards + per_sample * (shape.batch_size // layout.dp)
 
 
 def timing_columns(measured: Measurement) -> dict[str, Any]:
@@ -303,6 +378,10 @@ def throughput_columns(
 ) -> dict[str, Any]:
     """Samples and tokens per second at the median step time, the step's FLOPs, and MFU.
 
+    A multi-device run's FLOPs are the global step's (its ``batch_size`` is the global batch),
+    and MFU is per device: global FLOPs / (step time x devices x one device's peak), as
+    torchtitan and torchprime count it.
+
     ``device`` is the device's name and kind, which select its peak in :mod:`tpubench.peaks`.
     ``precision`` is torch's float32 matmul precision: anything but "highest" lets float32
     matmuls use TF32, so MFU is taken against the TF32 peak. Tokens per second only for
@@ -312,7 +391,7 @@ def throughput_columns(
     """
     step_s = median_step_ms / 1e3
     flops = step_flops(workload, config, spec)
-    mfu = peaks.mfu(flops, step_s, *device, spec.dtype, precision)
+    mfu = peaks.mfu(flops / spec.devices, step_s, *device, spec.dtype, precision)
     if identity["flops_incomplete"]:
         warnings.warn(
             f"MFU left null: the FLOP count missed ops {identity['flops_incomplete']}", TpubenchWarning, stacklevel=2
@@ -390,7 +469,9 @@ def serving_columns(
             TpubenchWarning,
             stacklevel=2,
         )
-    utilisation = bandwidth_utilisation(moved, metrics["tpot_p50_ms"], peak.device_hbm_bytes_per_s if peak else None)
+    # the devices of a multi-device run share the bytes, and each reads its part at its own peak
+    bandwidth = peak.device_hbm_bytes_per_s * spec.devices if peak else None
+    utilisation = bandwidth_utilisation(moved, metrics["tpot_p50_ms"], bandwidth)
     # tokens/s means output tokens per second everywhere (serving tools' sense): one figure, not
     # a second definition (prompt plus output tokens is total_tokens_per_s, labelled as such)
     tokens = metrics["output_tokens_per_s"]

@@ -47,8 +47,22 @@ from tpubench.spec import DIMENSIONS
 
 #: what two runs must share to be compared; ``model_hash`` (a user's model's config or
 #: source) keeps a changed model from pairing with its old self; registered workloads'
-#: rows have it null, and pair as before
-PAIR_KEYS = ("workload", "size", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len", "model_hash")
+#: rows have it null, and pair as before; a multi-device run pairs only with the same layout
+#: (device count, plan, tensor-parallel degree, scaling: ``batch_size`` is its global batch)
+PAIR_KEYS = (
+    "workload",
+    "size",
+    "mode",
+    "dtype",
+    "batch_size",
+    *DIMENSIONS,
+    "gen_len",
+    "model_hash",
+    "devices",
+    "parallel",
+    "tp_size",
+    "scaling",
+)
 #: also shared, unless the two selections have none in common (GPU against TPU)
 SIDE_KEYS = ("backend", "device")
 #: statuses that measured nothing: left out of comparisons

@@ -27,6 +27,21 @@ if TYPE_CHECKING:  # torch is imported where a worker uses it: the registry stay
     from tpubench.compiles import Capture
 
 
+#: how many devices a multi-device run may simulate where devices are simulated (gloo ranks
+#: sharing the host's CPUs, PJRT's virtual CPU devices); above it, runs are ``unavailable``
+SIMULATED_DEVICES_ENV = "TPUBENCH_SIMULATED_DEVICES"
+DEFAULT_SIMULATED_DEVICES = 8
+
+
+def simulated_device_limit() -> int:
+    """The most devices a simulated multi-device run may have (``TPUBENCH_SIMULATED_DEVICES``,
+    default 8): a cap on how many ranks or virtual devices share this host's cores."""
+    text = os.environ.get(SIMULATED_DEVICES_ENV, str(DEFAULT_SIMULATED_DEVICES))
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{SIMULATED_DEVICES_ENV}={text!r}: expected a positive integer")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Availability:
     available: bool
@@ -34,6 +49,9 @@ class Availability:
     device_name: str = ""
     device_count: int = 0
     versions: dict[str, str] = field(default_factory=dict)
+    #: devices one multi-device run may use here (GPUs, TPU devices; where devices are
+    #: simulated, :func:`simulated_device_limit`); a run asking for more is ``unavailable``
+    parallel_devices: int = 1
 
 
 class StepTimer:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from tpubench.backends import dynamo
-from tpubench.backends.base import Availability, Backend
+from tpubench.backends.base import Availability, Backend, simulated_device_limit
 
 if TYPE_CHECKING:
     import torch
@@ -36,12 +36,23 @@ class CpuBackend(Backend):
     def availability(self) -> Availability:
         import torch
 
-        return Availability(True, device_name=cpu_model(), device_count=1, versions={"torch": torch.__version__})
+        return Availability(
+            True,
+            device_name=cpu_model(),
+            device_count=1,
+            versions={"torch": torch.__version__},
+            parallel_devices=simulated_device_limit(),
+        )
 
     def device(self) -> torch.device:
         import torch
 
         return torch.device("cpu")
+
+    def simulated_devices(self) -> bool:
+        """A multi-device CPU run's ranks share the host's cores and memory (gloo on 127.0.0.1):
+        it checks the plumbing and the numerics, never the speed of N devices."""
+        return True
 
     def compile_count(self) -> int | None:
         return 0

@@ -6,14 +6,25 @@ between the events, read after a synchronisation.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, StepTimer
+from tpubench.spec import RunSpec
 
 if TYPE_CHECKING:
     import torch
     from torch.profiler import ProfilerActivity
+
+
+def visible_devices(environ: Mapping[str, str], devices: int) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a run on ``devices`` GPUs: the first of those the user (or
+    Ray) made visible, else GPUs 0 to N-1. Fewer than N visible stay fewer, and the runner
+    reports the run ``unavailable``."""
+    visible = [part.strip() for part in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
+    return ",".join(visible[:devices] if visible else (str(index) for index in range(devices)))
 
 
 class CudaEventTimer(StepTimer):
@@ -49,12 +60,21 @@ class CudaBackend(Backend):
             True,
             device_name=torch.cuda.get_device_name(0),
             device_count=torch.cuda.device_count(),
+            parallel_devices=torch.cuda.device_count(),
             versions={
                 "torch": torch.__version__,
                 "cuda": str(torch.version.cuda),
                 "cudnn": str(torch.backends.cudnn.version()),
             },
         )
+
+    def worker_env_for(self, spec: RunSpec) -> dict[str, str]:
+        """A multi-GPU run sees its N GPUs only (each rank then takes ``cuda:LOCAL_RANK``), so
+        that the device locks name the GPUs it really uses."""
+        env = self.worker_env
+        if spec.devices > 1:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices(os.environ, spec.devices)
+        return env
 
     def device(self) -> torch.device:
         import torch

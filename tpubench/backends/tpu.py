@@ -125,6 +125,18 @@ def pin_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ.get(name, default) for name, default in PIN_DEFAULTS.items()}
 
 
+def chips_env(environ: Mapping[str, str], devices: int, devices_per_chip: int = 1) -> dict[str, str]:
+    """The launcher's variables for a TorchTPU run on ``devices`` devices: ``TPU_VISIBLE_CHIPS``
+    lists their chips (two devices per chip on v7), the first of the user's
+    ``TPU_VISIBLE_CHIPS``, else chips 0, 1, ...; the one-chip bounds of :data:`PIN_DEFAULTS`
+    are left out. TorchTPU pins each rank itself (one device per rank process, from
+    ``LOCAL_RANK``: :mod:`tpubench.parallel.ranks`); this list is what the runner locks and
+    what the ranks are given. Read from TorchTPU's code, not yet run on a chip."""
+    chips = -(-devices // devices_per_chip)
+    visible = [part.strip() for part in environ.get("TPU_VISIBLE_CHIPS", "").split(",") if part.strip()]
+    return {"TPU_VISIBLE_CHIPS": ",".join(visible[:chips] if visible else (str(i) for i in range(chips)))}
+
+
 def pinned_groups(devices: list[TpuPciDevice], visible_chips: str) -> list[Path]:
     """The VFIO groups a worker pinned to ``visible_chips`` (``TPU_VISIBLE_CHIPS``) opens.
 
@@ -308,6 +320,17 @@ class TpuBackend(Backend):
             env["TPU_SKIP_MDS_QUERY"] = "1"
         return env
 
+    def worker_env_for(self, spec: RunSpec) -> dict[str, str]:
+        """One chip, or for a multi-chip run its N chips (:func:`chips_env`)."""
+        env = self.worker_env
+        if spec.devices > 1:
+            for name in PIN_DEFAULTS:
+                env.pop(name, None)
+            found = tpu_pci_devices(self.root)
+            peak = peaks.lookup(found[0].chip, "tpu") if found else None
+            env |= chips_env(os.environ, spec.devices, peak.devices_per_chip if peak else 1)
+        return env
+
     def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:
         """Start the worker once its chip can be opened, and once more if it found it busy."""
         groups = pinned_groups(tpu_pci_devices(self.root), self.worker_env["TPU_VISIBLE_CHIPS"])
@@ -324,7 +347,13 @@ class TpuBackend(Backend):
         devices = tpu_pci_devices(self.root)
         if not devices:
             return Availability(False, "no TPU chip on this host", versions=versions)
-        return Availability(True, device_name=devices[0].chip, device_count=len(devices), versions=versions)
+        return Availability(
+            True,
+            device_name=devices[0].chip,
+            device_count=len(devices),
+            versions=versions,
+            parallel_devices=len(devices),
+        )
 
     def setup(self, spec: RunSpec) -> None:
         """The eager mode, and the compile cache (TorchTPU reads it when it first compiles)."""

@@ -37,14 +37,19 @@ from tpubench.analysis import compare
 from tpubench.cli.common import BadInput, app, console, key_values, writable_dir, writable_results
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
 from tpubench.cli.planning import (
+    DevicesOption,
     InputsOption,
     LossOption,
     ModelConfigOption,
     ModelOption,
+    ParallelOption,
+    ScalingOption,
     TaskOption,
+    TpOption,
     WorkloadModuleOption,
     choose_runs,
     custom_model,
+    device_options,
     plan_runs,
     pythons,
     shape_options,
@@ -53,7 +58,7 @@ from tpubench.cli.planning import (
 from tpubench.cli.run import local_backends, suite_progress
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
-from tpubench.spec import DTYPES, RunSpec
+from tpubench.spec import DTYPES, RunSpec, parallel_label
 from tpubench.store import StoreError
 
 #: rounds of a night without a baseline to size it by (its runs then size the next night)
@@ -213,6 +218,10 @@ def ci_command(
     ] = False,
     image_size: Annotated[str | None, typer.Option(help="Image size(s) in pixels per side (vision).")] = None,
     latent_size: Annotated[str | None, typer.Option(help="Latent size(s) per side (diffusion).")] = None,
+    devices: DevicesOption = None,
+    parallel: ParallelOption = None,
+    tp: TpOption = None,
+    scaling: ScalingOption = None,
     model: ModelOption = None,
     inputs: InputsOption = None,
     loss: LossOption = None,
@@ -235,7 +244,10 @@ def ci_command(
         dtype,
         custom_model(model, inputs, loss, model_config, task, suite, workload),
     )
-    shape = shape_options(choice, batch_size, seq_len, prompt_len, gen_len, image_size, latent_size)
+    shape = {
+        **shape_options(choice, batch_size, seq_len, prompt_len, gen_len, image_size, latent_size),
+        **device_options(devices, parallel, tp, scaling),
+    }
     settings = settings_from(threshold, statistic)
     fixed_rounds = parse_rounds(rounds, settings.min_runs)
     if fixed_rounds is None and max_rounds < settings.min_runs:
@@ -356,7 +368,8 @@ def _history(
 
 
 def _label(row: dict) -> str:
-    return f"{row['workload']}/{row['size']} {row['test_backend']} {row['mode']}"
+    layout = parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size"))
+    return f"{row['workload']}/{row['size']} {row['test_backend']} {row['mode']}" + (f" {layout}" if layout else "")
 
 
 def _closing(comparison: pd.DataFrame | None, failed: pd.DataFrame, compared: bool) -> list[str]:

@@ -26,7 +26,7 @@ from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.spec import shape_label
+from tpubench.spec import parallel_label, shape_label
 from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
@@ -101,7 +101,8 @@ def _number(value: Any, digits: int = 2) -> str:
 
 def _config(row: dict[str, Any]) -> str:
     shape = shape_label(row["batch_size"], row, row.get("gen_len"), prefix="")
-    return f"{row['workload']}/{row['size']} {row['mode']} {row['dtype']} {shape}"
+    layout = parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size"))
+    return f"{row['workload']}/{row['size']} {row['mode']} {row['dtype']} {shape}" + (f" {layout}" if layout else "")
 
 
 def _change(ratio: Any) -> str:

@@ -26,9 +26,10 @@ from tpubench.cli.planning import (
 )
 from tpubench.fingerprint import git_sha, host_facts
 from tpubench.launchers import ray as ray_launcher
+from tpubench.parallel.planning import missing_plan
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
-from tpubench.spec import shape_label
+from tpubench.spec import PARALLEL_CHOICES, shape_label
 
 if TYPE_CHECKING:
     from workloads import Workload
@@ -70,6 +71,8 @@ def list_workloads(
             "modes": list(w.modes),
             "dims": list(w.dims),
             "default_shape": {kind: {"batch_size": s.batch_size, **s.dims()} for kind, s in w.default_shape.items()},
+            "parallel": parallel_choices(w),
+            "parallel_plan": parallel_plan(w),
             "size_details": [size_entry(w, size) for size in w.sizes],
         }
         for w in chosen
@@ -85,6 +88,7 @@ def list_workloads(
         "family",
         "sizes (default*)",
         "modes",
+        "parallel",
         "default shape (cpu / cuda / tpu)",
     )
     for header in headers:
@@ -94,9 +98,24 @@ def list_workloads(
         shapes = " / ".join(shape_label(s.pop("batch_size"), s, prefix="") for s in entry["default_shape"].values())
         suites = ", ".join(entry["suites"])
         modes = ", ".join(entry["modes"])
-        table.add_row(entry["name"], entry["source"], suites, entry["family"], sizes, modes, shapes)
+        parallel = ", ".join(entry["parallel"])
+        table.add_row(entry["name"], entry["source"], suites, entry["family"], sizes, modes, parallel, shapes)
     console.print(table)
     console.print(sizes_table(entries))
+
+
+def parallel_choices(workload: Workload) -> list[str]:
+    """The ``--parallel`` plans a workload runs: dp and fsdp always (fsdp shards the whole
+    model as one unit without a plan), tp and fsdp_tp with a tensor-parallel plan."""
+    return [choice for choice in PARALLEL_CHOICES if choice != "none" and missing_plan(choice, workload) is None]
+
+
+def parallel_plan(workload: Workload) -> dict[str, Any] | None:
+    """The workload's plan as data (``Workload.parallel``), for ``--json``; None without one."""
+    plan = workload.parallel
+    if plan is None:
+        return None
+    return {"fsdp_units": list(plan.fsdp_units), "tp": dict(plan.tp), "tp_divides": list(plan.tp_divides)}
 
 
 def size_entry(workload: Workload, size: str) -> dict[str, Any]:
@@ -220,5 +239,6 @@ def device_count(backend: str, entry: dict[str, Any]) -> str:
     if not count:
         return ""
     if backend.startswith("cpu"):
-        return f" (one torch device over {os.cpu_count()} logical CPUs)"
+        simulated = entry.get("parallel_devices") or 1
+        return f" (one torch device over {os.cpu_count()} logical CPUs; up to {simulated} simulated for --devices)"
     return f" ({count} device{'s' if count != 1 else ''} on this host)"

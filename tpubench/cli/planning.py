@@ -25,7 +25,7 @@ import typer
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, choose, int_list, key_values
 from tpubench.runner import plan
-from tpubench.spec import DTYPES, RunSpec
+from tpubench.spec import DTYPES, PARALLEL_CHOICES, SCALING_CHOICES, RunSpec
 
 if TYPE_CHECKING:
     from workloads import Workload
@@ -56,6 +56,26 @@ WorkloadModuleOption = Annotated[
     list[str] | None,
     typer.Option(
         help="Import path of a module exposing WORKLOAD or WORKLOADS; repeatable (= TPUBENCH_WORKLOAD_MODULES)."
+    ),
+]
+
+# the options of a multi-device run, shared by ``run`` and ``ci``
+DevicesOption = Annotated[
+    str | None,
+    typer.Option(help="Devices per run (GPUs, TPU devices), e.g. 8 or 1,2,4,8: a sweep (default 1)."),
+]
+ParallelOption = Annotated[
+    str | None,
+    typer.Option(help=f"How a run splits over its devices: {', '.join(PARALLEL_CHOICES)} (required above 1 device)."),
+]
+TpOption = Annotated[
+    int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree of --parallel fsdp_tp (fsdp = devices / tp).")
+]
+ScalingOption = Annotated[
+    str | None,
+    typer.Option(
+        help="weak: --batch-size per data-parallel rank (default for dp, fsdp training); "
+        "strong: --batch-size is the global batch (default for tp and the serving modes)."
     ),
 ]
 
@@ -217,6 +237,19 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     except ValueError as error:  # ModelRefError among them
         raise BadInput(str(error)) from error
     return specs
+
+
+def device_options(devices: str | None, parallel: str | None, tp: int | None, scaling: str | None) -> dict[str, Any]:
+    """``--devices``, ``--parallel``, ``--tp`` and ``--scaling`` as :func:`plan_runs` options,
+    the names checked here; what the layouts may be is checked by planning them."""
+    choose("--parallel", [parallel] if parallel else None, list(PARALLEL_CHOICES))
+    choose("--scaling", [scaling] if scaling else None, list(SCALING_CHOICES))
+    return {
+        "devices": int_list("--devices", devices),
+        "parallel": parallel or "none",
+        "tp": tp,
+        "scaling": scaling,
+    }
 
 
 def shape_options(
