@@ -95,7 +95,7 @@ ALWAYS = 100
 
 
 def _sorted(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    order = ("workload", "size", "backend", "mode", "parallel", "devices", "batch_size", *DIMENSIONS, "gen_len")
+    order = ("workload", "size", "backend", "mode", "devices", "batch_size", *DIMENSIONS, "gen_len")
     return sorted(rows, key=lambda r: tuple(r.get(key) or 0 for key in order))  # sweeps grouped
 
 
