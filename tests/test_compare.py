@@ -42,6 +42,9 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
         "git_sha": "abc123",
         "tags": "{}",
         "host_other_cpu_share": 0.01,
+        "devices": 1,  # one device, as every row loads (store.upgrade fills rows from before --devices)
+        "parallel": "none",
+        "tp_size": 1,
     }
     frame = pd.DataFrame([{**defaults, **row} for row in rows])
     for name in RUNS.names:
