@@ -20,12 +20,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from helpers import tpubench
+from helpers import tpubench as cli
 
+import tpubench
 from tpubench import devicelock, store
 from tpubench.analysis import compare
 from tpubench.backends.cuda import CudaBackend
 from tpubench.backends.tpu import TpuBackend
+from tpubench.cli.info import parallel_choices
 from tpubench.parallel import Layout
 from tpubench.report import notes, summary_table
 from tpubench.runner import SuiteRunner, lock_name, plan
@@ -79,6 +81,7 @@ def test_weak_scaling_grows_the_global_batch_and_strong_keeps_it() -> None:
             {"devices": [8], "parallel": "dp", "scaling": "strong"},
             "batch size 4 is not divisible by the data-parallel degree 8",
         ),
+        ({"devices": [1, 2], "parallel": "dp", "verify": True}, "cannot check a multi-device run yet"),
     ],
 )
 def test_a_layout_that_cannot_be_is_refused_when_planned(options: dict, message: str) -> None:
@@ -103,6 +106,26 @@ def test_a_tensor_parallel_degree_must_divide_every_dimension_the_plan_names() -
     )
     # fsdp splits no layer: any degree
     assert len(plan([workload], backends=["cpu"], modes=["train"], devices=[4], parallel="fsdp")) == 1
+    assert parallel_choices(workload) == ["dp", "fsdp", "tp", "fsdp_tp"]  # what `tpubench list` shows
+    assert parallel_choices(_toy()) == ["dp", "fsdp"]
+
+
+def tiny_model() -> torch.nn.Module:
+    return torch.nn.Linear(4, 2)
+
+
+def tiny_inputs(batch_size: int, generator: torch.Generator, **dims: int) -> tuple[torch.Tensor]:
+    return (torch.randn(batch_size, 4, generator=generator),)
+
+
+def test_bench_lays_a_users_model_out_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TPUBENCH_SIMULATED_DEVICES", "2")
+    rows = tpubench.bench(tiny_model, tiny_inputs, modes=["train"], batch_size=2, devices=[4], parallel="dp")
+    assert rows[["devices", "parallel", "scaling", "batch_size", "status"]].values.tolist() == [
+        [4, "dp", "weak", 8, "unavailable"]
+    ]
+    with pytest.raises(ValueError, match="--devices 2 needs --parallel"):
+        tpubench.bench(tiny_model, tiny_inputs, devices=2)
 
 
 def _toy():
@@ -120,7 +143,7 @@ def _toy():
     ],
 )
 def test_the_cli_refuses_a_bad_layout_in_one_line(tmp_path: Path, line: str, message: str) -> None:
-    done = tpubench(f"run --workload gpt2 --backend cpu {line} --results", str(tmp_path / "r"))
+    done = cli(f"run --workload gpt2 --backend cpu {line} --results", str(tmp_path / "r"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "r" / "runs").exists()
@@ -131,7 +154,7 @@ def test_too_many_devices_is_unavailable_and_tp_without_a_plan_is_skipped(tmp_pa
     parent), the 2-device tp run of a workload without a plan is skipped before any rank."""
     env = {**FAULTS, "TPUBENCH_SIMULATED_DEVICES": "2"}
     line = "run --workload fault-ok --backend cpu --mode train --devices 2,4 --parallel tp --results"
-    done = tpubench(line, str(tmp_path), env=env)
+    done = cli(line, str(tmp_path), env=env)
     assert done.returncode == 0, done.stderr
     runs = store.load_runs(tmp_path).set_index("devices")
     assert list(runs["status"].sort_index()) == ["skipped", "unavailable"]
