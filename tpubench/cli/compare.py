@@ -209,6 +209,10 @@ def run_comparison(
     return frame, keys
 
 
+#: the pairing keys that say how a run was spread over devices (docs/multi-device.md)
+LAYOUT_KEYS = ("devices", "parallel", "tp_size", "scaling")
+
+
 @app.command("compare")
 def compare_command(
     baseline: Annotated[str, typer.Option(help=f"Baseline runs. {SELECTOR_HELP}")],
@@ -270,8 +274,14 @@ def compare_command(
         if not cross.empty:
             console.print(cross_table(cross))
         why = compare.overall_reason(frame)
-        # the keys some compared run sets: a dimension no workload here takes is not news
-        shown = [key for key in keys if key not in frame.columns or frame[key].notna().any()]
+        # the keys some compared run sets: a dimension no workload here takes is not news, nor
+        # is the layout of one-device runs
+        one_device = "devices" in frame.columns and (frame["devices"] == 1).all()
+        shown = [
+            key
+            for key in keys
+            if (key not in frame.columns or frame[key].notna().any()) and not (one_device and key in LAYOUT_KEYS)
+        ]
         console.print(
             f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(shown)}; "
             + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)

@@ -240,5 +240,5 @@ def device_count(backend: str, entry: dict[str, Any]) -> str:
         return ""
     if backend.startswith("cpu"):
         simulated = entry.get("parallel_devices") or 1
-        return f" (one torch device over {os.cpu_count()} logical CPUs; up to {simulated} simulated for --devices)"
+        return f" (one torch device over {os.cpu_count()} logical CPUs); --devices simulates up to {simulated}"
     return f" ({count} device{'s' if count != 1 else ''} on this host)"
