@@ -25,6 +25,7 @@ from helpers import tpubench as cli
 import tpubench
 from tpubench import devicelock, store
 from tpubench.analysis import compare
+from tpubench.analysis.shapes import shape_labels
 from tpubench.backends.cuda import CudaBackend
 from tpubench.backends.tpu import TpuBackend
 from tpubench.cli.info import parallel_choices
@@ -160,8 +161,8 @@ def test_too_many_devices_is_unavailable_and_tp_without_a_plan_is_skipped(tmp_pa
     assert list(runs["status"].sort_index()) == ["skipped", "unavailable"]
     assert runs.loc[2, "error"].startswith("fault-ok has no tensor-parallel plan (Workload.parallel.tp)")
     assert runs.loc[4, "error"] == (
-        f"4 devices needed; cpu has 2 here ({runs.loc[4, 'cpu_model']}) "
-        "(simulated devices: TPUBENCH_SIMULATED_DEVICES sets how many)"
+        f"4 devices needed; cpu has 2 here ({runs.loc[4, 'cpu_model']}; "
+        "simulated devices: TPUBENCH_SIMULATED_DEVICES sets how many)"
     )
     assert set(runs["parallel"]) == {"tp"} and list(runs["tp_size"].sort_index()) == [2, 4]
     assert "[skipped] fault-ok/tiny cpu train tp2: fault-ok has no tensor-parallel plan" in done.stdout
@@ -272,6 +273,9 @@ def test_labels_and_the_summary_show_the_layout() -> None:
     assert list(devices.cells) == ["-", "fsdp2xtp2"]  # one device first
     status = next(column for column in table.columns if column.header == "status")
     assert [str(cell) for cell in status.cells] == ["failed", "failed, simulated"]
+    # the reports' and the dashboard's labels: one shape, two layouts, two labels
+    frame = pd.DataFrame([row, {**row, "devices": 1, "parallel": "none", "tp_size": 1}, {**row, "parallel": None}])
+    assert shape_labels(frame).tolist() == ["8x128 fsdp2xtp2", "8x128", "8x128"]
 
 
 def old_runs_file(results: Path, rows: list[dict]) -> None:

@@ -235,10 +235,10 @@ def too_few_devices(spec: RunSpec, backend: Backend, availability: dict[str, Any
         return None
     have = availability.get("parallel_devices") or 1
     if spec.devices > have:
-        where = availability.get("device_name") or spec.backend
-        return f"{spec.devices} devices needed; {spec.backend} has {have} here ({where})" + (
-            f" (simulated devices: {SIMULATED_DEVICES_ENV} sets how many)" if backend.simulated_devices() else ""
-        )
+        what = availability.get("device_name") or spec.backend
+        if backend.simulated_devices():
+            what += f"; simulated devices: {SIMULATED_DEVICES_ENV} sets how many"
+        return f"{spec.devices} devices needed; {spec.backend} has {have} here ({what})"
     if backend.device_kind == "cuda" and len(locks) < spec.devices:  # a TPU pin counts chips, not devices
         return f"{spec.devices} devices needed; the pin to {', '.join(locks)} leaves {len(locks)}"
     return None

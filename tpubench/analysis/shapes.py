@@ -3,14 +3,15 @@
 One function for a whole frame, so the CLI, the reports and the dashboard label a shape
 alike: ``4x128+16`` (batch x tokens + generated), ``8xi224`` (pixels per side), ``2xl32``
 (latent pixels per side); with ``prefix="b"`` the form run labels use, ``b4xs128+g16``.
-A dimension a row's workload does not take is null, and left out.
+A dimension a row's workload does not take is null, and left out. A multi-device run's
+layout follows (``8x128 fsdp2xtp2``), so no table or chart merges two layouts of one shape.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from tpubench.spec import DIMENSIONS
+from tpubench.spec import DIMENSIONS, parallel_label
 
 
 def shape_labels(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
@@ -23,4 +24,18 @@ def shape_labels(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
         tag = "" if name == "seq_len" and not prefix else letter
         label = label.where(values.isna(), label + "x" + tag + values)
     gen = pd.to_numeric(frame["gen_len"]).fillna(0).astype("Int64")
-    return label.where(gen == 0, label + "+" + ("g" if prefix else "") + gen.astype("string"))
+    label = label.where(gen == 0, label + "+" + ("g" if prefix else "") + gen.astype("string"))
+    return label + layout_labels(frame).map(lambda layout: f" {layout}" if layout else "")
+
+
+def layout_labels(frame: pd.DataFrame) -> pd.Series:
+    """Each row's multi-device layout as :func:`tpubench.spec.parallel_label` writes it (``dp4``,
+    ``fsdp2xtp2``); "" for one device with no plan and for frames from before ``--devices``."""
+    if not {"parallel", "devices"} <= set(frame.columns):
+        return pd.Series("", index=frame.index, dtype="string")
+    tp = frame["tp_size"] if "tp_size" in frame.columns else pd.Series(1, index=frame.index)
+    layouts = [
+        parallel_label(parallel, devices, tp_size) if isinstance(parallel, str) else ""
+        for parallel, devices, tp_size in zip(frame["parallel"], frame["devices"], tp, strict=True)
+    ]
+    return pd.Series(layouts, index=frame.index, dtype="string")
