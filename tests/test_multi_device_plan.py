@@ -137,17 +137,27 @@ def _toy():
 
 
 @pytest.mark.parametrize(
-    ("line", "message"),
+    ("command", "line", "message"),
     [
-        ("--devices 2", "error: --devices 2 needs --parallel, the plan to split the run by: dp, fsdp, tp, fsdp_tp"),
-        ("--devices 2 --parallel sharded", "error: unknown --parallel 'sharded'; valid: none, dp, fsdp, tp, fsdp_tp"),
+        (
+            "run",
+            "--devices 2",
+            "error: --devices 2 needs --parallel, the plan to split the run by: dp, fsdp, tp, fsdp_tp",
+        ),
+        (
+            "run",
+            "--devices 2 --parallel sharded",
+            "error: unknown --parallel 'sharded'; valid: none, dp, fsdp, tp, fsdp_tp",
+        ),
+        ("ci", "--devices 4 --parallel fsdp_tp --tp 3", "error: --tp 3 does not divide --devices 4"),
     ],
 )
-def test_the_cli_refuses_a_bad_layout_in_one_line(tmp_path: Path, line: str, message: str) -> None:
-    done = cli(f"run --workload gpt2 --backend cpu {line} --results", str(tmp_path / "r"))
+def test_the_cli_refuses_a_bad_layout_in_one_line(tmp_path: Path, command: str, line: str, message: str) -> None:
+    where = "--out" if command == "ci" else "--results"
+    done = cli(f"{command} --workload gpt2 --backend cpu {line} {where}", str(tmp_path / "r"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1
-    assert not (tmp_path / "r" / "runs").exists()
+    assert not list(tmp_path.rglob("*.parquet"))  # nothing ran
 
 
 def test_too_many_devices_is_unavailable_and_tp_without_a_plan_is_skipped(tmp_path: Path) -> None:
