@@ -82,7 +82,7 @@ def test_weak_scaling_grows_the_global_batch_and_strong_keeps_it() -> None:
             {"devices": [8], "parallel": "dp", "scaling": "strong"},
             "batch size 4 is not divisible by the data-parallel degree 8",
         ),
-        ({"devices": [1, 2], "parallel": "dp", "verify": True}, "cannot check a multi-device run yet"),
+        ({"devices": [1, 2], "parallel": "dp", "verify": True}, "--verify cannot check a multi-device run of cpu"),
     ],
 )
 def test_a_layout_that_cannot_be_is_refused_when_planned(options: dict, message: str) -> None:

@@ -112,10 +112,7 @@ def plan(
             )
     layouts = planning.layouts([n for n in _as_list(devices) if n is not None] or [1], parallel, tp)
     if settings.get("verify") and any(layout.devices > 1 for layout in layouts):
-        raise ValueError(
-            "--verify compares one device's outputs with the CPU reference; it cannot check a multi-device "
-            "run yet: verify at --devices 1"
-        )
+        planning.check_verifiable(backends)
     specs = []
     for workload in chosen:
         wanted = sizes.get(workload.name) if isinstance(sizes, Mapping) else sizes

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tpubench.parallel import Layout
+from tpubench.parallel import PROCESS_FAMILIES, Layout, family
 from tpubench.spec import PARALLEL_CHOICES, SCALING_CHOICES
 
 if TYPE_CHECKING:
@@ -135,3 +135,15 @@ def missing_plan(parallel: str, workload: Workload) -> str | None:
         f"{workload.name} has no tensor-parallel plan (Workload.parallel.tp), so --parallel {parallel} "
         "cannot split its layers; dp and fsdp run it"
     )
+
+
+def check_verifiable(backends: Sequence[str]) -> None:
+    """``--verify`` of a multi-device run: XLA's SPMD run is verified sharded, in its one
+    process; the rank processes of the other families are not (their verify worker is one
+    process, which would check a one-device model and call the run a match), so asking is
+    a ValueError rather than a verdict on something else."""
+    if ranked := [backend for backend in backends if family(backend) in PROCESS_FAMILIES]:
+        raise ValueError(
+            f"--verify cannot check a multi-device run of {', '.join(ranked)} yet (its ranks are not verified, "
+            "only xla's SPMD runs are): verify at --devices 1"
+        )
