@@ -29,8 +29,8 @@ def layouts(devices: Sequence[int], parallel: str, tp: int | None) -> list[Layou
     """One :class:`Layout` per device count of the sweep; a ValueError for a combination
     that cannot be laid out.
 
-    ``--parallel`` is required above one device (the math must be named: one backend's
-    dp is another's fsdp only by accident). ``tp`` is the tensor-parallel degree of
+    ``--parallel`` is required above one device: the plan decides what each device holds
+    and computes, so it is never guessed. ``tp`` is the tensor-parallel degree of
     ``fsdp_tp`` (it must divide each device count; the data-parallel degree is the
     quotient); for ``tp`` it is the device count itself, so ``--tp`` may only repeat it.
     A one-device run of a plan (``--devices 1,2,4 --parallel dp``) is that plan's baseline.
