@@ -116,8 +116,9 @@ def read_chrome(path: Path) -> TraceOps:
     span = _span(host, device)
     if steps:
         begin = min(start for start, _ in steps)
-        return TraceOps("chrome trace", ops, len(steps), max(max(end for _, end in steps), begin + (span or 0)) - begin)
-    return TraceOps("chrome trace", ops, None, span)
+        step_time = max(max(end for _, end in steps), begin + (span or 0)) - begin
+        return TraceOps("chrome trace", ops, len(steps), step_time, devices=1)
+    return TraceOps("chrome trace", ops, None, span, devices=1)  # a process's trace: its own device
 
 
 def _span(*timelines: Timelines) -> float | None:

@@ -48,6 +48,7 @@ class TraceOps:
     ops: list[OpTotals]
     steps: int | None = None  # traced steps marked in the trace (None: no step markers)
     step_time_us: float | None = None  # wall time of the traced steps; the op events' span without markers
+    devices: int | None = None  # devices whose ops the trace holds (None: not known from the trace)
 
 
 @dataclass
