@@ -79,6 +79,11 @@ DEFAULTS: dict[str, Any] = {
     "device": None,
     "started_at": None,
 }
+#: a sweep that gives the scaling views something to show
+SWEEP_HINT = "tpubench run --workload gpt2 --size 124m --devices 1,2,4,8 --parallel fsdp --profile"
+SIMULATED_NOTE = (
+    "simulated: virtual CPU devices or gloo ranks on one host; the mechanism ran, the timings mean nothing about a chip"
+)
 ANY = "*"  # a 1-device row's parallel and scaling: it belongs to every plan's N = 1
 
 

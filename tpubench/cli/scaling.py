@@ -21,11 +21,6 @@ from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.compare import SELECTOR_HELP, _records, load_all_runs, prices_from
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 
-SWEEP_HINT = "tpubench run --workload gpt2 --size 124m --devices 1,2,4,8 --parallel fsdp --profile"
-SIMULATED_NOTE = (
-    "simulated: virtual CPU devices or gloo ranks on one host; the mechanism ran, the timings mean nothing about a chip"
-)
-
 
 def _number(value: Any, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and value != value):
@@ -130,7 +125,7 @@ def show_scaling(
         return
     if report.empty:
         console.print(f"no multi-device runs in {results}; a sweep over N that fills this view:", highlight=False)
-        console.print(f"  {SWEEP_HINT}", markup=False, highlight=False)
+        console.print(f"  {scaling.SWEEP_HINT}", markup=False, highlight=False)
         return
     for config, rows in report.groupby("configuration", sort=False):
         console.print(_config_table(str(config), rows))
@@ -142,4 +137,4 @@ def show_scaling(
         highlight=False,
     )
     if report["simulated"].fillna(False).astype(bool).any():
-        console.print(f"* {SIMULATED_NOTE}", highlight=False)
+        console.print(f"* {scaling.SIMULATED_NOTE}", highlight=False)
