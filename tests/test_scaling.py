@@ -433,3 +433,22 @@ def test_the_store_keeps_the_contract_columns_the_scaling_view_reads(scaling_sto
     with schema_with_contract():
         runs = store.load_runs(results)
     assert runs["simulated"].tolist().count(True) == 1 and runs["rank_skew_pct"].notna().sum() == 1
+
+
+# --- --on ray --------------------------------------------------------------------------
+
+
+def test_a_ray_actor_for_runs_on_n_devices_asks_for_n_of_them_on_one_node() -> None:
+    """The resource request only (no cluster): the actor of an N-device run holds N chips or
+    GPUs of one node, so its ranks or its mesh share nothing with another run."""
+    from tpubench.launchers import ray as fleet
+
+    assert fleet.kind_requirements("tpu", 4) == {"num_cpus": 1, "resources": {"TPU": 4}}
+    assert fleet.kind_requirements("cuda", 8) == {"num_cpus": 1, "num_gpus": 8}
+    assert fleet.kind_requirements("cuda") == {"num_cpus": 1, "num_gpus": 1}
+    assert fleet.kind_requirements("cpu", 4) == {"num_cpus": 1}  # simulated devices share the host
+    v6e_8, h100x4 = {"CPU": 180, "TPU": 8}, {"CPU": 64, "GPU": 4}
+    assert fleet.capacity(fleet.kind_requirements("tpu", 4), v6e_8) == 2
+    assert fleet.capacity(fleet.kind_requirements("tpu", 8), v6e_8) == 1
+    assert fleet.servable(fleet.requirements("cuda", 4), [h100x4])
+    assert not fleet.servable(fleet.requirements("cuda", 8), [h100x4, h100x4])  # 8 GPUs, but not on one node
