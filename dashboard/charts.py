@@ -459,19 +459,20 @@ def compile_timeline(steps: pd.DataFrame, per_step: pd.DataFrame, cache: pd.Data
 
 
 def scaling_chart(report: pd.DataFrame, y: str, label: str, title: str) -> go.Figure:
-    """A per-device figure over N: one line per configuration (same plan, batch and shape on
-    each backend), coloured by backend; an ideal line at 1 for efficiency."""
+    """A per-device figure over N: one line per configuration, coloured by backend, dashed by
+    parallel plan; an ideal line at 1 for efficiency."""
     frame = report[report[y].notna()].sort_values("devices").copy()
     figure = px.line(
         frame,
         x="devices",
         y=y,
         color="backend",
+        line_dash="parallel",
         line_group="configuration",
         markers=True,
         color_discrete_map=colours(frame["backend"].unique()),
         hover_data={"configuration": True, "run_id": True, "baseline_devices": True},
-        labels={"devices": "devices (N)", y: label, "backend": "backend"},
+        labels={"devices": "devices (N)", y: label, "backend": "backend", "parallel": "plan"},
         title=title,
     )
     swept = sorted(frame["devices"].unique())

@@ -265,7 +265,7 @@ def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, 
         assert list(cuda["status"]) == ["oom", "ok", "ok"] and list(cuda["baseline N"]) == [2, 2, 2]
         assert cuda["efficiency %"].tolist()[1:] == pytest.approx([100.0, 80.0])
         assert cuda["collectives % of step"].tolist()[1] == pytest.approx(30.0)
-        cross = next(table for table in tables if "usd_per_million_tokens" in table)
+        cross = next(table for table in tables if "$/Mtoken" in table)
         assert set(cross["backend"]) == {"cuda", "tpu"}
         tpu = "gpt2/124m tpu train bfloat16 fsdp weak b8xs1024 per device"
         linked = serve(results, "Scaling", config=tpu)  # a link to one configuration shows it alone

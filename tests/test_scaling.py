@@ -278,10 +278,13 @@ def test_a_tpu_async_collective_spans_its_start_to_its_done(tmp_path: Path) -> N
     ]
     planes = {f"/device:TPU:{i}": {"XLA Ops": ops, "XLA Modules": [("jit_step", 0.0, 200.0)]} for i in range(4)}
     xplane(tmp_path / "tpu.xplane.pb", planes, hlo_stat=False)
-    devices = trace_collectives.xplane_devices(tmp_path / "tpu.xplane.pb")
-    assert len(devices) == 4  # one per device plane; the modules line is not an op line
+    devices, planes = trace_collectives.xplane_devices(tmp_path / "tpu.xplane.pb")
+    assert len(devices) == planes == 4  # one per device plane; the modules line is not an op line
     assert devices[0].collective_us() == pytest.approx(100.0)
     assert devices[0].exposed_us() == pytest.approx(50.0)
+    # the device planes say how many devices the trace holds, whatever the run's N (a TorchTPU rank: its own)
+    one = trace_collectives.columns(tmp_path / "tpu.xplane.pb", profile_steps=1, devices=8, step_ms=0.2)
+    assert one["collective_ms"] == pytest.approx(0.1) and one["exposed_collective_share"] == pytest.approx(0.25)
 
 
 def test_ops_rows_divide_by_the_devices_a_trace_holds() -> None:

@@ -33,14 +33,33 @@ SHOWN = {
 PERCENT = ("mfu", "efficiency", "collective_share", "exposed_collective_share")
 
 
-def readable(report: pd.DataFrame) -> pd.DataFrame:
-    """The report as the page's table: percentages, GiB, a link per run."""
-    table = report[list(SHOWN)].copy()
+CROSS = {
+    "configuration": "configuration",
+    "devices": "N",
+    "backend": "backend",
+    "device": "device",
+    "step_ms": "step ms",
+    "tokens_per_s_per_device": "tokens/s/device",
+    "mfu": "MFU %",
+    "efficiency": "efficiency %",
+    "exposed_collective_share": "exposed collectives %",
+    "usd_per_device_hour": "$/device-hour",
+    "usd_per_million_tokens": "$/Mtoken",
+    "simulated": "simulated",
+}
+
+
+def readable(report: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """``names``' columns of a report as the page shows them: percentages, GiB, a link per run;
+    a column no row has a value in (samples/s where tokens/s is given) left out."""
+    table = report[[column for column in names if column in report]].copy()
     for column in PERCENT:
-        table[column] = 100 * table[column].astype("Float64")
+        if column in table:
+            table[column] = 100 * table[column].astype("Float64")
     for column in ("peak_mem_bytes", "peak_mem_bytes_min"):
-        table[column] = table[column].astype("Float64") / 2**30
-    table = table.rename(columns=SHOWN)
+        if column in table:
+            table[column] = table[column].astype("Float64") / 2**30
+    table = table.dropna(axis="columns", how="all").rename(columns=names)
     table["run"] = "run_details?run=" + report["run_id"]
     return table
 
@@ -81,7 +100,8 @@ def main() -> None:
     )
     for configuration, rows in shown.groupby("configuration", sort=False):
         st.subheader(str(configuration))
-        ui.table(readable(rows).style.format(precision=2, thousands=",", na_rep="-"), links=("run",))
+        shown_columns = {column: name for column, name in SHOWN.items() if column != "backend"}  # in the heading
+        ui.table(readable(rows, shown_columns).style.format(precision=2, thousands=",", na_rep="-"), links=("run",))
     if shown["simulated"].fillna(False).astype(bool).any():
         st.warning(scaling.SIMULATED_NOTE[0].upper() + scaling.SIMULATED_NOTE[1:] + ".")
     cross = scaling.cross_backend(shown, runs, load_prices())
@@ -91,7 +111,7 @@ def main() -> None:
             "Cost of a million tokens: the device's price per hour (tpubench/analysis/prices.py) over its tokens "
             "per hour."
         )
-        ui.table(cross.style.format(precision=3, thousands=",", na_rep="-"))
+        ui.table(readable(cross, CROSS).style.format(precision=3, thousands=",", na_rep="-"), links=("run",))
 
 
 main()

@@ -23,8 +23,9 @@ Which events are which, by trace:
   ``tf_XLAPjRtCpuClient`` thread, so each thread is a timeline. Collectives are the HLO
   collectives; an asynchronous one spans from its ``*-start`` to its ``*-done``.
 
-A rank's Chrome trace holds its own device; an SPMD trace holds all ``devices``, so its
-sums are divided by ``devices`` (an average device). Step times come from the traced
+A rank's Chrome trace holds its own device, an XProf trace the devices of its device planes,
+and a PJRT CPU trace (no device plane) all ``devices`` of the SPMD run: sums are divided by
+how many devices the trace holds (an average device). Step times come from the traced
 steps (``profile_steps``); shares are of the run's median step.
 """
 
@@ -81,15 +82,21 @@ def columns(trace_path: str | Path, profile_steps: int, devices: int, step_ms: f
     both as shares of the run's median step ``step_ms``. Raises TraceError for a trace it
     cannot read."""
     files = locate(Path(trace_path))
-    if files[0].name.endswith(XPLANE_SUFFIX):
-        found = [device for path in files for device in xplane_devices(path)]
-        per_trace = max(devices, 1)  # one SPMD process's trace holds every device
-    else:
-        found = [device for path in files for device in chrome_devices(path)]
-        per_trace = max(len(found), 1)  # a rank's trace holds its own device(s)
+    found: list[Device] = []
+    held = 0  # how many devices the trace's timelines belong to
+    for path in files:
+        if path.name.endswith(XPLANE_SUFFIX):
+            timelines, planes = xplane_devices(path)
+            found += timelines
+            held += planes or max(devices, 1)  # no device plane: PJRT CPU's threads are the run's devices
+        else:
+            timelines = chrome_devices(path)
+            found += timelines
+            held += len(timelines)  # a rank's trace: its own device
     steps = max(profile_steps or 1, 1)
-    collective_ms = sum(device.collective_us() for device in found) / per_trace / steps / 1e3
-    exposed_ms = sum(device.exposed_us() for device in found) / per_trace / steps / 1e3
+    held = max(held, 1)
+    collective_ms = sum(device.collective_us() for device in found) / held / steps / 1e3
+    exposed_ms = sum(device.exposed_us() for device in found) / held / steps / 1e3
     share = (lambda ms: ms / step_ms) if step_ms and step_ms > 0 else (lambda ms: None)
     return {
         "collective_ms": collective_ms,
@@ -144,29 +151,31 @@ def chrome_devices(path: Path) -> list[Device]:
     return list((gpu or host).values())
 
 
-def xplane_devices(path: Path) -> list[Device]:
+def xplane_devices(path: Path) -> tuple[list[Device], int]:
     """The timelines of an XProf trace, each as a Device: a device plane's ops (its ``XLA
-    Ops`` line, or its streams), or on PJRT CPU each thread that runs XLA's ops."""
+    Ops`` line, or its streams), or on PJRT CPU each thread that runs XLA's ops; and how many
+    device planes there were (0 on PJRT CPU, where threads need not map one to one to devices)."""
     from tpubench.traces.xplane import DEVICE_PLANE_PREFIX, op_lines
 
     lines = op_lines(path)
     by_plane: dict[str, list] = defaultdict(list)
     for line in lines:
         by_plane[line.plane].append(line)
-    timelines = []
+    timelines, planes = [], 0
     for plane, found in by_plane.items():
         if not plane.startswith(DEVICE_PLANE_PREFIX):
             timelines += [[line] for line in found]  # a host thread per device
             continue
         ops = [line for line in found if line.line == OPS_LINE]
         timelines.append(ops or [line for line in found if line.line.startswith(STREAM_LINE_PREFIX)])
+        planes += 1
     devices = []
     for group in timelines:
         device = Device()
         for line in group:
             _add_hlo_events(device, line.names, line.start_us, line.start_us + line.duration_us)
         devices.append(device)
-    return devices
+    return devices, planes
 
 
 def _add_hlo_events(device: Device, names: list[str], start: np.ndarray, end: np.ndarray) -> None:
