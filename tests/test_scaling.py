@@ -455,3 +455,23 @@ def test_a_ray_actor_for_runs_on_n_devices_asks_for_n_of_them_on_one_node() -> N
     assert fleet.capacity(fleet.kind_requirements("tpu", 8), v6e_8) == 1
     assert fleet.servable(fleet.requirements("cuda", 4), [h100x4])
     assert not fleet.servable(fleet.requirements("cuda", 8), [h100x4, h100x4])  # 8 GPUs, but not on one node
+
+
+def test_ops_of_an_spmd_run_are_per_device_and_say_so(tmp_path: Path) -> None:
+    """`tpubench ops` on the rows ingest gives a 4-device SPMD run: calls and shares of one device."""
+    ops = [
+        OpTotals("hlo", "all-reduce.1", calls=8, self_us=800.0, total_us=800.0),
+        OpTotals("hlo", "dot.2", calls=8, self_us=2400.0, total_us=2400.0),
+    ]
+    rows = ops_rows(TraceOps("xplane events", ops, steps=2, step_time_us=2000.0), devices=4)
+    with schema_with_contract():
+        run = run_row(backend="xla", device="CPU:0", devices=4, parallel="dp", scaling="weak", batch_size=32)
+        writer = store.InvocationWriter(tmp_path / "results", "inv-ops", run["started_at"])
+        writer.add(run, ops=[{"run_id": run["run_id"], "invocation_id": "inv-ops", **row} for row in rows])
+        done = in_process(f"ops {run['run_id']} --results", str(tmp_path / "results"))
+        as_json = json.loads(in_process(f"ops {run['run_id']} --json --results", str(tmp_path / "results")).stdout)
+    assert done.returncode == 0, done.stderr
+    assert "per device of 4" in done.stdout
+    shares = {row["op"]: row["self_pct"] for row in as_json if row["rank"] is not None}
+    assert shares == {"dot.2": pytest.approx(30.0), "all-reduce.1": pytest.approx(10.0)}  # of one device's step
+    assert {row["op"]: row["calls"] for row in as_json if row["rank"] is not None} == {"dot.2": 2, "all-reduce.1": 2}
