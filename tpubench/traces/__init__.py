@@ -129,18 +129,13 @@ def ingest(trace_path: str | Path, traced_steps: int | None = None, devices: int
     """The ``ops`` rows of the trace at ``trace_path`` (a file, or an XProf logdir), per
     device of a run on ``devices`` devices (:func:`ops_rows`). Collective rows of a Chrome
     trace carry ``comm_bytes`` and ``busbw_gbps`` where the trace gives the sizes
-    (:func:`tpubench.traces.collectives.chrome_comm_sizes`).
+    (:class:`tpubench.traces.collectives.CommEvents`).
 
     Raises TraceError for a missing, truncated or corrupt trace: all rows or none.
     """
-    files = locate(Path(trace_path))
-    rows = ops_rows(_merged([read_trace(path) for path in files]), traced_steps, devices)
-    chrome = [path for path in files if not path.name.endswith(XPLANE_SUFFIX)]
-    if chrome and any(row["category"] == "collective" for row in rows):
-        from tpubench.traces.collectives import chrome_comm_sizes
-
-        sizes = chrome_comm_sizes(chrome[0])
-        for row in rows:
-            if (found := sizes.get((row["source"], row["op"]))) is not None:
-                row |= found.columns()
+    found = _merged([read_trace(path) for path in locate(Path(trace_path))])
+    rows = ops_rows(found, traced_steps, devices)
+    for row in rows:
+        if (size := (found.comm_sizes or {}).get((row["source"], row["op"]))) is not None:
+            row |= size.columns()
     return rows

@@ -31,8 +31,10 @@ steps (``profile_steps``); shares are of the run's median step.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
+from array import array
 from collections import defaultdict
 from pathlib import Path
 from typing import IO, Any
@@ -54,20 +56,20 @@ ASYNC_START, ASYNC_DONE = "-start", "-done"
 
 
 class Device:
-    """One device's communication and compute intervals (microseconds)."""
+    """One device's communication and compute intervals (microseconds), as flat arrays of
+    doubles (a few bytes per event, never a Python object per event)."""
 
     def __init__(self) -> None:
-        self.comm: tuple[list[float], list[float]] = ([], [])
-        self.compute: tuple[list[float], list[float]] = ([], [])
+        self.intervals = {kind: (array("d"), array("d")) for kind in ("comm", "compute")}
 
     def add(self, kind: str, start: float, end: float) -> None:
-        target = self.comm if kind == "comm" else self.compute
-        target[0].append(start)
-        target[1].append(end)
+        starts, ends = self.intervals[kind]
+        starts.append(start)
+        ends.append(end)
 
     def arrays(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
-        starts, ends = self.comm if kind == "comm" else self.compute
-        return np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+        starts, ends = self.intervals[kind]
+        return np.frombuffer(starts, dtype=np.float64), np.frombuffer(ends, dtype=np.float64)
 
     def collective_us(self) -> float:
         return intervals.covered(*self.arrays("comm"))
@@ -113,6 +115,7 @@ def _open(path: Path) -> IO[bytes]:
         raise TraceError(f"cannot read {path}: {error.strerror}") from error
 
 
+@functools.cache  # a trace repeats a few hundred names over millions of events
 def host_kind(name: str) -> str | None:
     """A host event's part in the accounting: "comm", "compute" or None (neither)."""
     if COMM_EVENT.search(name):
@@ -120,6 +123,7 @@ def host_kind(name: str) -> str | None:
     return "compute" if categorize("aten", name) in COMPUTE_CATEGORIES else None
 
 
+@functools.cache
 def kernel_kind(name: str) -> str:
     """A GPU kernel's part: NCCL's kernels communicate, every other kernel computes."""
     return "comm" if categorize("kernel", name) == "collective" else "compute"
@@ -263,59 +267,75 @@ def event_size(name: str, args: dict[str, Any]) -> float | None:
     return max(sizes) if sizes else None
 
 
-def chrome_comm_sizes(path: Path) -> dict[tuple[str, str], CommSize]:
-    """Per ``ops`` row key (source, op) of a Chrome trace: the sizes of its collectives.
+class CommEvents:
+    """The collective events of a Chrome trace, gathered while a reader streams its events
+    (:func:`tpubench.traces.chrome.read_chrome` passes each one to :meth:`see`, so sizes cost
+    no second pass over the file); :meth:`sizes` turns them into ``ops`` row columns."""
 
-    Host ops get ``comm_bytes`` from their own arguments (or the c10d op around them:
-    ``record_param_comms`` inside ``c10d::allreduce_``). A host op's time is not the
-    transfer's (a gloo or NCCL op returns once it has queued the work), so only NCCL
-    kernels, joined to the op that launched them by ``External id``, get a bus bandwidth,
-    from their own time and the group size (``Group size``, else the trace's world size).
-    """
+    def __init__(self) -> None:
+        self.threads: dict[Any, list[tuple[float, float, str, dict[str, Any]]]] = defaultdict(list)
+        self.kernels: list[tuple[str, int, float]] = []
+
+    def see(self, category: str, name: str, start: float, duration: float, thread: Any, args: dict) -> None:
+        if category == "kernel" and kernel_kind(name) == "comm":
+            self.kernels.append((name, int(args.get("External id", -1)), duration))
+        elif category in ("cpu_op", "user_annotation") and host_kind(name) == "comm":
+            self.threads[thread].append((start, start + duration, name, args))
+
+    def sizes(self, path: Path) -> dict[tuple[str, str], CommSize]:
+        """Per ``ops`` row key (source, op): the sizes of its collectives.
+
+        Host ops get ``comm_bytes`` from their own arguments (or the c10d op around them:
+        ``record_param_comms`` inside ``c10d::allreduce_``). A host op's time is not the
+        transfer's (a gloo or NCCL op returns once it has queued the work), so only NCCL
+        kernels, joined to the op that launched them by ``External id``, get a bus bandwidth,
+        from their own time and the group size (``Group size``, else the trace's world size).
+        """
+        found: dict[tuple[str, str], CommSize] = defaultdict(CommSize)
+        by_external: dict[int, tuple[float, int | None]] = {}
+        for events in self.threads.values():
+            enclosing: list[tuple[float, float | None, int | None]] = []  # (end, size, group) of open events
+            for _start, end, name, args in sorted(events, key=lambda e: (e[0], -e[1])):
+                while enclosing and enclosing[-1][0] < end:
+                    enclosing.pop()
+                size, group = event_size(name, args), args.get("Group size")
+                if size is None and enclosing:  # record_param_comms without sizes: its c10d op's
+                    size, group = enclosing[-1][1], group or enclosing[-1][2]
+                enclosing.append((end, size, group))
+                if size is None:
+                    continue
+                found[("aten", name)].add(size, None, None)
+                if "External id" in args:
+                    by_external[int(args["External id"])] = (size, int(group) if group else None)
+        world = _world_size(path) if any(external in by_external for _, external, _ in self.kernels) else None
+        for name, external, duration in self.kernels:
+            if external in by_external:
+                size, group = by_external[external]
+                kind, group = intervals.collective_kind(name), group or world
+                factor = intervals.busbw_factor(kind, int(group)) if kind and group else None
+                found[("kernel", name)].add(size, factor, duration)
+        return dict(found)
+
+
+def chrome_comm_sizes(path: str | Path) -> dict[tuple[str, str], CommSize]:
+    """:meth:`CommEvents.sizes` of the Chrome trace at ``path``: its ops' collective sizes."""
     import ijson
 
-    threads: dict[Any, list[tuple[float, float, str, dict[str, Any]]]] = defaultdict(list)
-    kernels: list[tuple[str, int, float]] = []
+    path, events = Path(path), CommEvents()
     with _open(path) as stream:
         try:
             for item in ijson.items(stream, "traceEvents.item", use_float=True):
-                if item.get("ph") != "X":
-                    continue
-                name, args = str(item.get("name", "")), item.get("args") or {}
-                start = float(item["ts"])
-                if item.get("cat") == "kernel" and kernel_kind(name) == "comm":
-                    kernels.append((name, int(args.get("External id", -1)), float(item.get("dur", 0.0))))
-                elif item.get("cat") in ("cpu_op", "user_annotation") and COMM_EVENT.search(name):
-                    end = start + float(item.get("dur", 0.0))
-                    threads[(item.get("pid"), item.get("tid"))].append((start, end, name, args))
+                if item.get("ph") == "X":
+                    thread = (item.get("pid"), item.get("tid"))
+                    start, duration = float(item["ts"]), float(item.get("dur", 0.0))
+                    events.see(
+                        item.get("cat"), str(item.get("name", "")), start, duration, thread, item.get("args") or {}
+                    )
         except ijson.JSONError as error:
             raise TraceError(f"corrupt or truncated Chrome trace {path}: {error}") from error
         except (KeyError, TypeError, ValueError) as error:
             raise TraceError(f"not a torch.profiler Chrome trace {path}: an event is of the wrong shape") from error
-    found: dict[tuple[str, str], CommSize] = defaultdict(CommSize)
-    by_external: dict[int, tuple[float, int | None]] = {}
-    for events in threads.values():
-        enclosing: list[tuple[float, float | None, int | None]] = []  # (end, size, group) of open events
-        for _start, end, name, args in sorted(events, key=lambda e: (e[0], -e[1])):
-            while enclosing and enclosing[-1][0] < end:
-                enclosing.pop()
-            size, group = event_size(name, args), args.get("Group size")
-            if size is None and enclosing:  # record_param_comms without sizes: its c10d op's
-                size, group = enclosing[-1][1], group or enclosing[-1][2]
-            enclosing.append((end, size, group))
-            if size is None:
-                continue
-            found[("aten", name)].add(size, None, None)
-            if "External id" in args:
-                by_external[int(args["External id"])] = (size, int(group) if group else None)
-    world = _world_size(path) if kernels else None
-    for name, external, duration in kernels:
-        if external in by_external:
-            size, group = by_external[external]
-            kind, group = intervals.collective_kind(name), group or world
-            factor = intervals.busbw_factor(kind, int(group)) if kind and group else None
-            found[("kernel", name)].add(size, factor, duration)
-    return dict(found)
+    return events.sizes(path)
 
 
 def _world_size(path: Path) -> int | None:
