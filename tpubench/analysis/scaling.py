@@ -11,8 +11,8 @@ judges.
   2-D keeps its tp degree as it grows the data-parallel axis. A 1-device row is the same
   computation whatever plan it was started under (the plan applies to nothing), so it is
   every matching configuration's N = 1 point; old rows without ``devices`` are such rows.
-- **Baseline**: the configuration's 1-device row, else the smallest N that ran (1 device
-  ran out of memory); the table names it (``baseline_devices``, ``baseline_run_id``).
+- **Baseline**: the configuration's 1-device row that ran, else the smallest N that ran (1
+  device ran out of memory); the table names it (``baseline_devices``, ``baseline_run_id``).
 - **Efficiency** (torchtitan's TPS/GPU and MaxText's per-chip figures): weak, throughput per
   device at N over the same at the baseline; strong, speed-up x N0 / N.
 """
@@ -55,7 +55,8 @@ TABLE_COLUMNS = (
     "rank_skew_pct",
     "simulated",
 )
-#: what the contract adds to old rows that lack it (null devices is one device)
+#: the columns this module reads beyond the key ones, and what a store without them reads as
+#: (a store from before multi-device runs: one device, no plan)
 DEFAULTS: dict[str, Any] = {
     "devices": 1,
     "parallel": "none",
