@@ -10,6 +10,7 @@ Stored runs are synthetic rows with the contract's columns, written by the store
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -475,3 +476,23 @@ def test_ops_of_an_spmd_run_are_per_device_and_say_so(tmp_path: Path) -> None:
     shares = {row["op"]: row["self_pct"] for row in as_json if row["rank"] is not None}
     assert shares == {"dot.2": pytest.approx(30.0), "all-reduce.1": pytest.approx(10.0)}  # of one device's step
     assert {row["op"]: row["calls"] for row in as_json if row["rank"] is not None} == {"dot.2": 2, "all-reduce.1": 2}
+
+
+RECORDED = Path(__file__).parent / "data" / "gloo_fsdp2_rank0.json.gz"
+
+
+def test_a_recorded_gloo_fsdp2_trace_counts_each_collective_once() -> None:
+    """A real trace (tests/data/record_gloo_fsdp2.py): the c10d ops on the main thread and
+    the gloo annotations on two worker threads overlap, so their union is less than their sum;
+    the all-gather's size comes from the recorded shapes (the larger unit's 8320 floats)."""
+    events = json.loads(gzip.decompress(RECORDED.read_bytes()))["traceEvents"]
+    comm = [e for e in events if e.get("ph") == "X" and trace_collectives.host_kind(e["name"]) == "comm"]
+    assert len({e["tid"] for e in comm}) == 3  # the main thread and gloo's two workers
+    summed_ms = sum(e["dur"] for e in comm) / 2 / 1e3
+    found = trace_collectives.columns(RECORDED, profile_steps=2, devices=2, step_ms=20.0)
+    assert 0 < found["exposed_collective_ms"] <= found["collective_ms"] < summed_ms
+    assert found["collective_ms"] > max(e["dur"] for e in comm) / 1e3 / 2  # not a single event's time
+    rows = {row["op"]: row for row in ingest(RECORDED, 2, devices=2)}
+    assert rows["c10d::_allgather_base_"]["calls"] == 8 and rows["c10d::_allgather_base_"]["devices"] == 2
+    sizes = trace_collectives.chrome_comm_sizes(RECORDED)[("aten", "c10d::_allgather_base_")]
+    assert sizes.calls == 8 and sizes.bytes == 4 * (8320 + 2064) * 4  # four all-gathers of each unit per 2 steps
