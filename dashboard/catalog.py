@@ -22,6 +22,7 @@ PAGES = (
     PageInfo("Compare", "app_pages/compare.py", ":material/compare_arrows:"),
     PageInfo("Trends", "app_pages/trends.py", ":material/show_chart:"),
     PageInfo("Serving", "app_pages/serving.py", ":material/speed:"),
+    PageInfo("Scaling", "app_pages/scaling.py", ":material/stacked_line_chart:"),
     PageInfo("Ops", "app_pages/ops.py", ":material/bar_chart:"),
     PageInfo("Compilation", "app_pages/compilation.py", ":material/build:"),
     PageInfo("Run details", "app_pages/run_details.py", ":material/description:"),

@@ -456,3 +456,27 @@ def compile_timeline(steps: pd.DataFrame, per_step: pd.DataFrame, cache: pd.Data
     figure.update_yaxes(title_text="step ms", row=1, col=1, secondary_y=True)
     figure.update_xaxes(title_text="step (first, warm-up, measured)", row=2, col=1)
     return _layout(figure, height=460)
+
+
+def scaling_chart(report: pd.DataFrame, y: str, label: str, title: str) -> go.Figure:
+    """A per-device figure over N: one line per configuration, coloured by backend, dashed by
+    parallel plan; an ideal line at 1 for efficiency."""
+    frame = report[report[y].notna()].sort_values("devices").copy()
+    figure = px.line(
+        frame,
+        x="devices",
+        y=y,
+        color="backend",
+        line_dash="parallel",
+        line_group="configuration",
+        markers=True,
+        color_discrete_map=colours(frame["backend"].unique()),
+        hover_data={"configuration": True, "run_id": True, "baseline_devices": True},
+        labels={"devices": "devices (N)", y: label, "backend": "backend", "parallel": "plan"},
+        title=title,
+    )
+    swept = sorted(frame["devices"].unique())
+    figure.update_xaxes(type="log" if swept and swept[-1] > 8 * max(swept[0], 1) else "linear", tickvals=swept)
+    if y == "efficiency":
+        figure.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ideal")
+    return _layout(figure, height=380)

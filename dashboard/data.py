@@ -25,7 +25,7 @@ import streamlit as st
 from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store
-from tpubench.analysis import changepoints, compare
+from tpubench.analysis import changepoints, compare, scaling
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
 from tpubench.analysis.shapes import shape_labels
@@ -77,6 +77,22 @@ SERVING_COLUMNS = (
     "total_tokens_per_s",
     "bandwidth_util",
     "median_step_ms",
+)
+
+
+#: what the Scaling page reads of a run (:mod:`tpubench.analysis.scaling`), where the store has it
+SCALING_COLUMNS = (
+    *INDEX_COLUMNS,
+    "median_step_ms",
+    "tokens_per_s",
+    "samples_per_s",
+    "mfu",
+    "flops_per_step",
+    "peak_mem_bytes",
+    *scaling.DEFAULTS,
+    "tp_size",
+    "per_device_batch_size",
+    "global_batch_size",
 )
 
 
@@ -246,6 +262,14 @@ def runs(
     if run_ids is not None:
         filters["run_id"] = list(run_ids)
     return _scan(results, "runs", columns, **filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def scaling_runs(results: str, invocations: tuple[str, ...]) -> Loaded:
+    """``invocations``' runs with :data:`SCALING_COLUMNS`, those the store's schema has (a
+    store written before multi-device runs reads as one device per run)."""
+    known = store.TABLES["runs"].names
+    return runs(results, invocations, None, tuple(dict.fromkeys(c for c in SCALING_COLUMNS if c in known)))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -450,7 +450,7 @@ def test_a_failed_ingest_keeps_the_run_and_says_how_to_retry(results: Path, cpu_
     truncated = tmp_path / "trace.json"
     data = cpu_run["trace_file"].read_bytes()
     truncated.write_bytes(data[: len(data) // 2])
-    columns = ingest_trace(str(truncated), 2)  # what the worker adds to the run's row
+    columns = ingest_trace(str(truncated), 2, 1, 10.0)  # what the worker adds to the run's row
     assert columns["profile_steps"] == 2 and "ops" not in columns
     assert columns["ops_error"].startswith("TraceError: corrupt or truncated Chrome trace")
     copy = tmp_path / "results"

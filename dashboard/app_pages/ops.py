@@ -81,7 +81,13 @@ def main() -> None:
     first = rows.iloc[0]
     steps, traced_ms = first["traced_steps"], analysis.traced_step_ms(ops, source)
     if traced_ms is not None:
-        st.caption(f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {traced_ms:.2f} ms")
+        devices = first.get("devices")
+        per_device = (
+            f"; per device of {int(devices)}" if devices is not None and devices == devices and devices > 1 else ""
+        )
+        st.caption(
+            f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {traced_ms:.2f} ms{per_device}"
+        )
     invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
     median = data.runs(view.results, (invocation,), (run_id,), ("run_id", "median_step_ms")).frame["median_step_ms"]
     overhead = analysis.profiler_overhead(traced_ms, float(median.iloc[0]) if len(median) else None)

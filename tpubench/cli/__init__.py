@@ -33,6 +33,7 @@ COMMANDS = {
     "export": "compare",
     "ci": "ci",
     "dashboard": "dashboard",
+    "scaling": "scaling",
 }
 
 

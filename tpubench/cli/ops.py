@@ -255,8 +255,10 @@ def _show(
     per_step = f", {step_us / steps / 1e3:.2f} ms per step" if steps and step_us else ""
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}")
     others = sorted(set(rows["source"]) - {first["source"]})
+    devices = int(_value(first, "devices") or 1) if "devices" in first else 1
     console.print(
         f"{first['source']} ops from the {first['tool']}; {steps or '?'} traced steps{per_step}"
+        + (f"; per device of {devices}" if devices > 1 else "")
         + (f"; also {', '.join(others)} ops (--source)" if others else "")
     )
     for note in _notes(rows, run, source):
@@ -353,7 +355,7 @@ def _rebuild(results_dir: Path, run_id: str) -> None:
     run = _find_run(results_dir, run_id)
     path = _trace_of(results_dir, run)
     try:
-        rows = ingest(path, _value(run, "profile_steps"))
+        rows = ingest(path, _value(run, "profile_steps"), devices=int(_value(run, "devices") or 1))
     except TraceError as error:
         raise BadInput(f"run {run['run_id']}: {error}; the store is unchanged") from error
     written = store.replace_run_ops(results_dir, run, rows)

@@ -1,12 +1,16 @@
-"""``--on ray``: each run on a node with the accelerator its backend needs, one actor per device.
+"""``--on ray``: each run on a node with the accelerators its backend needs, one actor per device
+(or per group of N devices for a run on N).
 
 Ray already schedules work onto TPU chips and GPUs, so tpubench does not grow a scheduler
 of its own. For each device kind a suite needs, the driver starts actors
 (:class:`~tpubench.launchers.ray_actor.DeviceWorker`) that ask Ray for that device:
 ``resources={"TPU": 1}`` for TorchTPU and XLA-on-TPU backends, ``num_gpus=1`` for CUDA,
 one CPU otherwise; one actor per chip or GPU the cluster offers, and one per host for the
-CPU. Ray places them and sets ``TPU_VISIBLE_CHIPS`` or ``CUDA_VISIBLE_DEVICES`` for each,
-which pins its workers (and names their lock), so no two runs share a chip. Each run is
+CPU. A run on N devices (``--devices N``) goes to an actor that asks for N of them at once
+(``{"TPU": N}``, ``num_gpus=N``), so that its ranks or its SPMD mesh live on one node's
+devices that nothing else holds. Ray places them and sets ``TPU_VISIBLE_CHIPS`` or
+``CUDA_VISIBLE_DEVICES`` for each, which pins its workers (and names their lock), so no two
+runs share a chip. Each run is
 one call on an idle actor of its kind: the actor probes its interpreter once and measures
 through the same :class:`~tpubench.runner.Executor` as a local run (the same isolated
 worker process, timeout, crash classification, device lock and ``--python`` mapping),
@@ -84,14 +88,20 @@ def disconnect() -> None:
         ray.shutdown()
 
 
-def kind_requirements(kind: str) -> dict[str, Any]:
-    """What an actor of device ``kind`` asks Ray for."""
-    return {"num_cpus": 1, **DEVICE_RESOURCES[kind]}
+def kind_requirements(kind: str, devices: int = 1) -> dict[str, Any]:
+    """What an actor of device ``kind`` asks Ray for, for runs on ``devices`` devices: that
+    many chips or GPUs on one node (a CPU run's simulated devices share the host's CPU)."""
+    options: dict[str, Any] = {"num_cpus": 1}
+    for key, value in DEVICE_RESOURCES[kind].items():
+        options[key] = (
+            {name: amount * devices for name, amount in value.items()} if key == "resources" else value * devices
+        )
+    return options
 
 
-def requirements(backend: str) -> dict[str, Any]:
-    """What a run of ``backend`` needs of a node: its device kind's actor options."""
-    return kind_requirements(get_backend(backend).device_kind)
+def requirements(backend: str, devices: int = 1) -> dict[str, Any]:
+    """What a run of ``backend`` on ``devices`` devices needs of a node: its actor's options."""
+    return kind_requirements(get_backend(backend).device_kind, devices)
 
 
 def _wanted(options: dict[str, Any]) -> dict[str, float]:
@@ -182,9 +192,11 @@ def _unservable(spec: RunSpec, options: dict[str, Any], since: str = "") -> dict
 
 @dataclass
 class Pool:
-    """One device kind's actors (starting, idle, busy) and the runs still waiting for one."""
+    """One device kind's actors of one size (starting, idle, busy) and the runs still waiting
+    for one: the runs on ``devices`` devices of ``kind``."""
 
     kind: str
+    devices: int = 1
     queue: deque[RunSpec] = field(default_factory=deque)
     starting: dict[Any, Any] = field(default_factory=dict)  # the actor's node_id() call -> actor
     idle: list[tuple[Any, str]] = field(default_factory=list)  # (actor, node id)
@@ -194,13 +206,14 @@ class Pool:
         return [*self.starting.values(), *(a for a, _ in self.idle), *(a for a, _, _ in self.busy.values())]
 
 
-def placements(kind: str, nodes: list[dict[str, Any]], wanted: int | None) -> list[Any]:
+def placements(kind: str, nodes: list[dict[str, Any]], wanted: int | None, devices: int = 1) -> list[Any]:
     """Where the actors of ``kind`` go (``wanted`` at most; None: no limit): one per host for
     the CPU (the host's CPU lock lets only one run measure there at a time, so a second actor
-    would only wait), one per chip or GPU the cluster offers otherwise, left to Ray to place."""
+    would only wait), one per group of ``devices`` chips or GPUs a node offers otherwise,
+    left to Ray to place."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    options = kind_requirements(kind)
+    options = kind_requirements(kind, devices)
     if kind == "cpu":
         hosts = [node["NodeID"] for node in nodes if servable(options, [node["Resources"]])]
         return [NodeAffinitySchedulingStrategy(host, soft=False) for host in hosts[:wanted]]
@@ -223,7 +236,7 @@ class FleetRun:
         self.ray, self.results, self.pythons = ray, results, pythons
         self.worker = ray.remote(max_restarts=0, max_task_retries=0)(DeviceWorker)
         self.nodes = alive_nodes(ray)
-        self.pools: dict[str, Pool] = {}
+        self.pools: dict[tuple[str, int], Pool] = {}  # (device kind, devices per run) -> its actors
         self.rows: list[dict[str, Any]] = []
         self.ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
         self.runner: SuiteRunner | None = None
@@ -234,8 +247,8 @@ class FleetRun:
         and plans, as a local run's does. A kind that gets no run lets its actors go."""
         for name in backends:
             kind = get_backend(name).device_kind
-            if kind not in self.pools:
-                self.pools[kind] = pool = Pool(kind)
+            if (kind, 1) not in self.pools:
+                self.pools[kind, 1] = pool = Pool(kind)
                 self.start_actors(pool, name, wanted=None)
 
     def run(self, runner: SuiteRunner, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
@@ -243,12 +256,12 @@ class FleetRun:
         resources = [node["Resources"] for node in self.nodes]
         for index, spec in enumerate(specs):
             runner.observer.on_start(index, len(specs), spec)
-            options = requirements(spec.backend)
+            options = requirements(spec.backend, spec.devices)
             if not servable(options, resources):
                 self.ready.append((spec, _unservable(spec, options), None))
                 continue
             kind = get_backend(spec.backend).device_kind
-            self.pools.setdefault(kind, Pool(kind)).queue.append(spec)
+            self.pools.setdefault((kind, spec.devices), Pool(kind, spec.devices)).queue.append(spec)
         try:
             for pool in self.pools.values():
                 if not pool.actors() and pool.queue:
@@ -304,14 +317,14 @@ class FleetRun:
             return
         backend = get_backend(first)
         prestart = (python_for(self.pythons, first), backend.worker_env) if backend.forkable else None
-        for strategy in placements(pool.kind, self.nodes, wanted):
-            options = {**kind_requirements(pool.kind), "scheduling_strategy": strategy}
+        for strategy in placements(pool.kind, self.nodes, wanted, pool.devices):
+            options = {**kind_requirements(pool.kind, pool.devices), "scheduling_strategy": strategy}
             actor = self.worker.options(**options).remote(self.results, self.pythons, prestart, forwarded_environment())
             pool.starting[actor.node_id.remote()] = actor
 
     def servable(self, pool: Pool) -> bool:
-        """Whether some alive node can still host an actor of ``pool``'s kind."""
-        return servable(kind_requirements(pool.kind), [node["Resources"] for node in self.nodes])
+        """Whether some alive node can still host an actor of ``pool``'s kind and size."""
+        return servable(kind_requirements(pool.kind, pool.devices), [node["Resources"] for node in self.nodes])
 
     def strand(self, pool: Pool) -> None:
         """``unavailable`` rows for ``pool``'s queue, which only nodes that have died could serve,
@@ -322,7 +335,7 @@ class FleetRun:
         while pool.queue:
             spec = pool.queue.popleft()
             since = " any more: the nodes that did have died"
-            self.ready.append((spec, _unservable(spec, requirements(spec.backend), since), None))
+            self.ready.append((spec, _unservable(spec, requirements(spec.backend, spec.devices), since), None))
 
     def started(self, pool: Pool, ref: Any) -> None:
         actor = pool.starting.pop(ref)

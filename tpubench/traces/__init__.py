@@ -71,21 +71,34 @@ def _merged(found: list[TraceOps]) -> TraceOps:
                     setattr(known, name, (getattr(known, name) or 0.0) + getattr(op, name))
     steps = max((trace.steps for trace in found if trace.steps), default=None)
     step_time = max((trace.step_time_us for trace in found if trace.step_time_us), default=None)
-    return TraceOps(found[0].tool, list(totals.values()), steps, step_time)
+    devices = None if any(trace.devices is None for trace in found) else sum(trace.devices for trace in found)
+    return TraceOps(found[0].tool, list(totals.values()), steps, step_time, devices)
 
 
-def ops_rows(found: TraceOps, traced_steps: int | None = None) -> list[dict[str, Any]]:
+def ops_rows(found: TraceOps, traced_steps: int | None = None, devices: int = 1) -> list[dict[str, Any]]:
     """``found``'s ops as rows of the ``ops`` table (schema.OPS), run_id left to the caller.
 
     ``traced_steps`` is how many steps the run traced; step markers in the trace, where
     there are some, count instead. ``self_pct`` is of the traced steps' wall time, so ops
     that run in parallel (threads, streams) can add up to more than 100.
+
+    ``devices`` is the run's device count. The figures are per device: a trace that holds
+    several devices' ops (an SPMD process's: every device runs every op) has its calls and
+    times divided by how many it holds, the count its device planes show, else ``devices``
+    (PJRT CPU's virtual devices have no plane of their own). A rank's Chrome trace holds
+    its own device and stays as it is.
     """
     steps = found.steps or traced_steps
     step_time = found.step_time_us
+    held = max(found.devices or devices or 1, 1)
+
+    def per_device(value: float | None) -> float | None:
+        return value / held if value is not None else None
+
     rows = []
     for op in found.ops:
         seconds = op.self_us * 1e-6
+        self_us = op.self_us / held
         rows.append(
             {
                 "source": op.source,
@@ -93,27 +106,36 @@ def ops_rows(found: TraceOps, traced_steps: int | None = None) -> list[dict[str,
                 "category": categorize(op.source, op.op, op.category_hint, op.framework_op),
                 "framework_op": op.framework_op,
                 "module": op.module,
-                "calls": op.calls,
-                "self_time_us": op.self_us,
-                "total_time_us": op.total_us,
-                "self_pct": 100.0 * op.self_us / step_time if step_time else None,
-                "self_us_per_step": op.self_us / steps if steps else None,
-                "device_time_us": op.device_us,
-                "flops": op.flops,
-                "bytes_accessed": op.bytes_accessed,
+                "calls": max(round(op.calls / held), 1) if op.calls else op.calls,
+                "self_time_us": self_us,
+                "total_time_us": op.total_us / held,
+                "self_pct": 100.0 * self_us / step_time if step_time else None,
+                "self_us_per_step": self_us / steps if steps else None,
+                "device_time_us": per_device(op.device_us),
+                "flops": per_device(op.flops),
+                "bytes_accessed": per_device(op.bytes_accessed),
                 "achieved_flops_per_s": op.flops / seconds if op.flops is not None and seconds > 0 else None,
                 "bound_by": op.bound_by,
                 "traced_steps": steps,
                 "step_time_us": step_time,
                 "tool": found.tool,
+                "devices": devices,
             }
         )
     return rows
 
 
-def ingest(trace_path: str | Path, traced_steps: int | None = None) -> list[dict[str, Any]]:
-    """The ``ops`` rows of the trace at ``trace_path`` (a file, or an XProf logdir).
+def ingest(trace_path: str | Path, traced_steps: int | None = None, devices: int = 1) -> list[dict[str, Any]]:
+    """The ``ops`` rows of the trace at ``trace_path`` (a file, or an XProf logdir), per
+    device of a run on ``devices`` devices (:func:`ops_rows`). Collective rows of a Chrome
+    trace carry ``comm_bytes`` and ``busbw_gbps`` where the trace gives the sizes
+    (:class:`tpubench.traces.collectives.CommEvents`).
 
     Raises TraceError for a missing, truncated or corrupt trace: all rows or none.
     """
-    return ops_rows(_merged([read_trace(path) for path in locate(Path(trace_path))]), traced_steps)
+    found = _merged([read_trace(path) for path in locate(Path(trace_path))])
+    rows = ops_rows(found, traced_steps, devices)
+    for row in rows:
+        if (size := (found.comm_sizes or {}).get((row["source"], row["op"]))) is not None:
+            row |= size.columns()
+    return rows

@@ -22,6 +22,7 @@ from typing import IO
 
 import numpy as np
 
+from tpubench.traces.collectives import CommEvents
 from tpubench.traces.timeline import OpTotals, Timelines, TraceError, TraceOps
 
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
@@ -63,6 +64,7 @@ def read_chrome(path: Path) -> TraceOps:
     call_correlation, call_external = array("q"), array("q")  # runtime calls
     kernel_correlation, kernel_external = array("q"), array("q")  # one each per device event
     steps: list[tuple[float, float]] = []
+    comm = CommEvents()
     origin = None
     seen_events = False
     with _open(path) as stream:
@@ -78,6 +80,7 @@ def read_chrome(path: Path) -> TraceOps:
                 if origin is None:
                     origin = ts  # times relative to the first event keep their nanoseconds
                 name, args = event["name"], event.get("args") or {}
+                comm.see(category, name, ts, duration, (event.get("pid"), event.get("tid")), args)
                 if category == "user_annotation" and STEP_MARKER.fullmatch(name):
                     steps.append((ts - origin, ts - origin + duration))
                     continue
@@ -114,10 +117,12 @@ def read_chrome(path: Path) -> TraceOps:
     )
     ops = _host_ops(host, keys, device, launcher) + _kernel_ops(device, keys, launcher)
     span = _span(host, device)
+    sizes = comm.sizes(path)
     if steps:
         begin = min(start for start, _ in steps)
-        return TraceOps("chrome trace", ops, len(steps), max(max(end for _, end in steps), begin + (span or 0)) - begin)
-    return TraceOps("chrome trace", ops, None, span)
+        step_time = max(max(end for _, end in steps), begin + (span or 0)) - begin
+        return TraceOps("chrome trace", ops, len(steps), step_time, devices=1, comm_sizes=sizes)
+    return TraceOps("chrome trace", ops, None, span, devices=1, comm_sizes=sizes)  # a process's: its own device
 
 
 def _span(*timelines: Timelines) -> float | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,8 @@ class TraceOps:
     ops: list[OpTotals]
     steps: int | None = None  # traced steps marked in the trace (None: no step markers)
     step_time_us: float | None = None  # wall time of the traced steps; the op events' span without markers
+    devices: int | None = None  # devices whose ops the trace holds (None: not known from the trace)
+    comm_sizes: dict[tuple[str, str], Any] | None = None  # (source, op) -> its collectives' sizes (Chrome)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ BLOCK_BYTES = 4 << 20
 HLO_OP, HLO_MODULE, STEP_NUM = "hlo_op", "hlo_module", "step_num"
 #: XPlane names of accelerators; a trace with one goes to XProf's converter
 DEVICE_PLANE_PREFIX = "/device:"
+#: one accelerator's plane (``/device:TPU:3``), as opposed to ``/device:TPU_NON_CORE``...
+DEVICE_PLANE = re.compile(r"/device:[A-Z]+:\d+")
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _EVENT_TAG = (4 << 3) | _LENGTH  # XLine.events = 4
@@ -324,6 +327,8 @@ class _Events:
     last_us: float | None = None
     steps: dict[str, tuple[float, float]] = field(default_factory=dict)  # step number -> (start, end) us
     base_ns: int | None = None  # the first line's timestamp: times are kept relative to it
+    #: each line's op events (plane, line, op ids, start and duration in us), when asked to keep them
+    lines: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def add(self, op: np.ndarray, start: np.ndarray, duration: np.ndarray) -> None:
         """One timeline's op events (microseconds): self times, then per-op sums."""
@@ -350,8 +355,11 @@ def _stat_value(stat: Any, names: dict[int, str]) -> str | None:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _read_lines(stream: BinaryIO, plane: _Plane, found: _Events) -> None:
-    """Add one plane's op events and step markers to ``found``, a line at a time."""
+def _read_lines(stream: BinaryIO, plane: _Plane, found: _Events, every_event: bool = False) -> None:
+    """Add one plane's op events and step markers to ``found``, a line at a time.
+
+    Op events are those with an ``hlo_op`` stat (XLA's thunks on a host plane), or with
+    ``every_event`` every event (a device plane's lines, whose events are the ops)."""
     event_names = {e.key: e.value.name.decode("utf-8", "replace") for e in plane.header.event_metadata}
     stat_names = {s.key: s.value.name.decode("utf-8", "replace") for s in plane.header.stat_metadata}
     stat_ids = {name: key for key, name in stat_names.items()}
@@ -361,7 +369,7 @@ def _read_lines(stream: BinaryIO, plane: _Plane, found: _Events) -> None:
 
     def classify(event: Any) -> int:
         stats = {stat.metadata_id: stat for stat in event.stats}
-        if hlo_op is not None and hlo_op in stats:
+        if every_event or (hlo_op is not None and hlo_op in stats):
             module = _stat_value(stats[hlo_module], stat_names) if hlo_module in stats else None
             key = (module, event_names.get(event.metadata_id, f"#{event.metadata_id}"))
             op_ids[event.metadata_id] = found.ops.setdefault(key, len(found.ops))
@@ -402,6 +410,9 @@ def _read_lines(stream: BinaryIO, plane: _Plane, found: _Events) -> None:
         if pieces:
             op, offset, duration = (np.concatenate(column) for column in zip(*pieces, strict=True))
             found.add(op, offset * 1e-6 + shift_us, duration * 1e-6)
+            if found.lines is not None:
+                name = line.name.decode("utf-8", "replace")
+                found.lines.append((plane.name, name, op, offset * 1e-6 + shift_us, duration * 1e-6))
         for number, offset_ps, duration_ps in markers:
             begin, end = shift_us + offset_ps * 1e-6, shift_us + (offset_ps + duration_ps) * 1e-6
             known = found.steps.get(number, (begin, end))
@@ -424,7 +435,8 @@ def read_xplane(path: Path) -> TraceOps:
                 _read_lines(stream, plane, found)
     steps, step_time = _steps(found)
     if any(plane.name.startswith(DEVICE_PLANE_PREFIX) and plane.lines for plane in planes):
-        return TraceOps("xprof hlo_stats", converted_hlo_stats(path), steps, step_time)
+        devices = sum(1 for plane in planes if DEVICE_PLANE.fullmatch(plane.name) and plane.lines)
+        return TraceOps("xprof hlo_stats", converted_hlo_stats(path), steps, step_time, devices=devices or None)
     names = sorted(found.ops, key=found.ops.__getitem__)
     ops = [
         OpTotals("hlo", name, int(found.calls[i]), float(found.self_us[i]), float(found.total_us[i]), module=module)
@@ -432,6 +444,40 @@ def read_xplane(path: Path) -> TraceOps:
     ]
     span = found.last_us - found.first_us if found.first_us is not None else None
     return TraceOps("xplane events", ops, steps, step_time if steps else span)
+
+
+@dataclass
+class OpLine:
+    """One timeline's op events: a device plane's line (``/device:TPU:0`` ``XLA Ops``) or a
+    host thread running XLA's thunks (PJRT CPU: one ``tf_XLAPjRtCpuClient`` thread per device)."""
+
+    plane: str
+    line: str
+    names: list[str]  # per event
+    start_us: np.ndarray
+    duration_us: np.ndarray
+
+
+def op_lines(path: Path) -> list[OpLine]:
+    """Every timeline's op events, by line, for per-device time accounting
+    (:mod:`tpubench.traces.collectives`): the device planes' lines where the trace has
+    device planes, else the host planes' XLA op events."""
+    try:
+        size = os.path.getsize(path)
+        stream = open(path, "rb")  # noqa: SIM115  (closed below; the readers take the stream)
+    except OSError as error:
+        raise TraceError(f"cannot read {path}: {error.strerror}") from error
+    with stream:
+        planes = _index(stream, size)
+        device = [plane for plane in planes if plane.name.startswith(DEVICE_PLANE_PREFIX) and plane.lines]
+        found = _Events(lines=[])
+        for plane in device or planes:
+            _read_lines(stream, plane, found, every_event=bool(device))
+    names = [name for _, name in sorted(found.ops, key=found.ops.__getitem__)]
+    return [
+        OpLine(plane, line, [names[i] for i in op.tolist()], start, duration)
+        for plane, line, op, start, duration in found.lines or []
+    ]
 
 
 def _steps(found: _Events) -> tuple[int | None, float | None]:
