@@ -34,6 +34,9 @@ class Availability:
     device_name: str = ""
     device_count: int = 0
     versions: dict[str, str] = field(default_factory=dict)
+    #: the most devices one multi-device run may use here (GPUs, chips, or the simulated
+    #: devices of PJRT CPU and gloo); a run asking for more gets an ``unavailable`` row
+    parallel_devices: int = 1
 
 
 class StepTimer:
