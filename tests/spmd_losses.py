@@ -1,9 +1,9 @@
 """The training losses of a tiny workload on the xla backend, on one device or split over N.
 
-Run as ``python tests/spmd_losses.py WORKLOAD PARALLEL DEVICES TP`` under the torch_xla
-interpreter with ``PJRT_DEVICE=CPU`` (and ``CPU_NUM_DEVICES=DEVICES`` for N > 1, as
+Run as ``python tests/spmd_losses.py WORKLOAD PARALLEL DEVICES TP [BACKEND]`` (``xla``, the
+default, or ``xla-compile``) under the torch_xla interpreter with ``PJRT_DEVICE=CPU`` (and ``CPU_NUM_DEVICES=DEVICES`` for N > 1, as
 ``XlaBackend.worker_env_for`` sets it). It takes the worker's own path: ``setup`` (SPMD),
-``build``, ``tpubench.parallel.apply`` and ``make_step``'s AdamW step, with the workload's
+``build``, ``tpubench.parallel.apply``, ``prepare`` and ``make_step``'s AdamW step, with the workload's
 loss wrapped to keep each step's value (rows carry no losses). Prints JSON: the losses,
 the device count torch_xla saw, and each sharded parameter's sharding spec.
 """
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from tpubench import parallel
-from tpubench.backends.xla import XlaBackend
+from tpubench.backends import get_backend
 from tpubench.measure import make_step
 from tpubench.spec import RunSpec
 from workloads import Shape, build, get_workload
@@ -28,15 +28,15 @@ from workloads import Shape, build, get_workload
 STEPS, BATCH, SEQ = 3, 4, 32
 
 
-def losses(workload_name: str, parallel_name: str, devices: int, tp: int) -> dict:
+def losses(workload_name: str, parallel_name: str, devices: int, tp: int, backend_name: str) -> dict:
     import torch_xla
     import torch_xla.runtime as xr
 
     spec = RunSpec(
-        "llm", workload_name, "tiny", "xla", "train", "float32", BATCH, SEQ, devices=devices, parallel=parallel_name,
+        "llm", workload_name, "tiny", backend_name, "train", "float32", BATCH, SEQ, devices=devices, parallel=parallel_name,
         tp_size=tp, scaling="strong" if devices > 1 else None,
     )  # fmt: skip
-    backend = XlaBackend()
+    backend = get_backend(backend_name)
     backend.setup(spec)
     workload = get_workload(workload_name)
     instance = build(workload, "tiny", device=backend.device(), shape=Shape(BATCH, seq_len=SEQ))
@@ -48,7 +48,8 @@ def losses(workload_name: str, parallel_name: str, devices: int, tp: int) -> dic
         seen.append(loss)
         return loss
 
-    step = make_step(replace(instance, workload=replace(workload, loss=recorded)), instance.model, "train")
+    model = backend.prepare(instance.model)
+    step = make_step(replace(instance, workload=replace(workload, loss=recorded)), model, "train")
     for _ in range(STEPS):
         step()
         backend.after_step()
@@ -65,4 +66,4 @@ def losses(workload_name: str, parallel_name: str, devices: int, tp: int) -> dic
 
 if __name__ == "__main__":
     workload, parallel_name, devices, tp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    print(json.dumps(losses(workload, parallel_name, devices, tp)))
+    print(json.dumps(losses(workload, parallel_name, devices, tp, sys.argv[5] if len(sys.argv) > 5 else "xla")))
