@@ -16,7 +16,12 @@ from workloads.llm import gpt2, llama3
 
 GPT2_PLAN = ParallelPlan(
     fsdp_units=("blocks.*",),
-    tp={"blocks.*.qkv": "colwise", "blocks.*.proj": "rowwise", "blocks.*.mlp.0": "colwise", "blocks.*.mlp.2": "rowwise"},
+    tp={
+        "blocks.*.qkv": "colwise",
+        "blocks.*.proj": "rowwise",
+        "blocks.*.mlp.0": "colwise",
+        "blocks.*.mlp.2": "rowwise",
+    },
     tp_divides=("n_head", "d_ff"),
 )
 LLAMA3_PLAN = ParallelPlan(

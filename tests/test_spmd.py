@@ -10,6 +10,7 @@ environment (as tests/test_tpu_detection.py does).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,12 +22,14 @@ from helpers import ROOT
 from parallel_workloads import WORKLOADS
 from test_tpu_detection import add_pci_device, v7_host
 
+from tpubench import zygote
 from tpubench.backends.base import Availability
 from tpubench.backends.tpu import GOOGLE_PCI_VENDOR, PIN_DEFAULTS
 from tpubench.backends.xla import SPMD_MEMORY_NOTE, XlaBackend, tpu_subset_env
 from tpubench.parallel.spmd import input_spec, mesh_shape, partition_specs
-from tpubench.runner import SuiteRunner, plan
+from tpubench.runner import Executor, SuiteRunner, plan
 from tpubench.spec import RunSpec
+from tpubench.zygote import Zygote
 from workloads import ParallelPlan, build
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -34,7 +37,9 @@ PLANNED = {workload.name: workload for workload in WORKLOADS}
 
 
 def spec(parallel: str, devices: int, tp: int = 1) -> RunSpec:
-    return RunSpec("llm", "gpt2", "tiny", "xla", "train", "float32", 4, 32, devices=devices, parallel=parallel, tp_size=tp)
+    return RunSpec(
+        "llm", "gpt2", "tiny", "xla", "train", "float32", 4, 32, devices=devices, parallel=parallel, tp_size=tp
+    )
 
 
 def gpt2_specs(parallel: str, dp: int, tp: int) -> dict:
@@ -74,7 +79,7 @@ def test_a_plan_that_does_not_fit_the_model_is_an_error_not_a_replicated_run() -
     model = build(PLANNED["gpt2-planned"], "tiny").model
     with pytest.raises(ValueError, match=r"'blocks\.\*\.attention\.q' names no module"):
         partition_specs(model, ParallelPlan(tp={"blocks.*.attention.q": "colwise"}), "tp", 1, 2)
-    with pytest.raises(ValueError, match="names blocks.0.ln_1, a LayerNorm"):
+    with pytest.raises(ValueError, match=r"names blocks\.0\.ln_1, a LayerNorm"):
         partition_specs(model, ParallelPlan(tp={"blocks.*.ln_1": "colwise"}), "tp", 1, 2)
     with pytest.raises(ValueError, match="valid: colwise, rowwise"):
         partition_specs(model, ParallelPlan(tp={"blocks.*.qkv": "diagonal"}), "tp", 1, 2)
@@ -128,8 +133,8 @@ def test_a_tpu_run_is_pinned_to_its_chips(tmp_path: Path, monkeypatch: pytest.Mo
 # --- real torch_xla on PJRT CPU --------------------------------------------------------------
 
 
-def spmd_losses(python: str, workload: str, parallel: str, devices: int, tp: int, dump: Path) -> dict:
-    """tests/spmd_losses.py in the torch_xla interpreter, with the optimised HLO dumped to ``dump``."""
+def spmd_outputs(python: str, workload: str, parallel: str, devices: int, tp: int, dump: Path, *options: str) -> dict:
+    """tests/spmd_outputs.py in the torch_xla interpreter, with the optimised HLO dumped to ``dump``."""
     env = {
         **os.environ,
         "PJRT_DEVICE": "CPU",
@@ -139,7 +144,7 @@ def spmd_losses(python: str, workload: str, parallel: str, devices: int, tp: int
         "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(ROOT)]),
     }
     result = subprocess.run(
-        [python, str(TESTS_DIR / "spmd_losses.py"), workload, parallel, str(devices), str(tp)],
+        [python, str(TESTS_DIR / "spmd_outputs.py"), workload, parallel, str(devices), str(tp), *options],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -159,32 +164,32 @@ def collectives(dump: Path) -> set[str]:
     return {op for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all") if f"{op}(" in text}
 
 
+@pytest.fixture(scope="module")
+def one_device() -> dict:
+    """Each workload's outputs on one xla device (no SPMD), computed once per module."""
+    return {}
+
+
+def baseline(one_device: dict, python: str, workload: str, tmp: Path, *options: str) -> dict:
+    key = (workload, *options)
+    if key not in one_device:
+        one_device[key] = spmd_outputs(python, workload, "none", 1, 1, tmp / "one", *options)
+        assert collectives(tmp / "one") == set()
+    return one_device[key]
+
+
 def assert_same_losses(found: list[float], expected: list[float]) -> None:
     assert len(found) == len(expected) == 3
     assert found == pytest.approx(expected, rel=1e-5)
     assert expected[0] > expected[-1]  # it trains: the comparison is over changing weights
 
 
-@pytest.fixture(scope="module")
-def one_device(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Each workload's losses on one xla device (no SPMD), computed once per module."""
-    return {}
-
-
-def baseline(one_device: dict, python: str, workload: str, tmp: Path) -> list[float]:
-    if workload not in one_device:
-        found = spmd_losses(python, workload, "none", 1, 1, tmp / f"{workload}-1")
-        assert collectives(tmp / f"{workload}-1") == set()
-        one_device[workload] = found["losses"]
-    return one_device[workload]
-
-
 @pytest.mark.slow
 def test_fsdp_over_two_devices_gives_the_one_device_losses_with_gathers_and_reductions(
     xla_python: str, tmp_path: Path, one_device: dict
 ) -> None:
-    found = spmd_losses(xla_python, "gpt2-planned", "fsdp", 2, 1, tmp_path / "fsdp2")
-    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2-planned", tmp_path))
+    found = spmd_outputs(xla_python, "gpt2-planned", "fsdp", 2, 1, tmp_path / "fsdp2")
+    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2-planned", tmp_path)["losses"])
     assert found["shardings"]["blocks.0.mlp.0.weight"] == "{devices=[2,1]0,1}"
     assert {"all-gather", "all-reduce"} <= collectives(tmp_path / "fsdp2")  # weights gathered, gradients reduced
 
@@ -202,14 +207,48 @@ def test_every_plan_over_n_devices_gives_the_one_device_losses(
     xla_python: str, tmp_path: Path, one_device: dict, workload: str, devices: int, parallel: str
 ) -> None:
     tp = {"tp": devices, "fsdp_tp": 2}.get(parallel, 1)
-    found = spmd_losses(xla_python, workload, parallel, devices, tp, tmp_path / "n")
-    assert_same_losses(found["losses"], baseline(one_device, xla_python, workload, tmp_path))
+    found = spmd_outputs(xla_python, workload, parallel, devices, tp, tmp_path / "n")
+    assert_same_losses(found["losses"], baseline(one_device, xla_python, workload, tmp_path)["losses"])
     expected = EXPECTED.get(parallel) or ({"all-gather", "all-reduce"} if devices // tp > 1 else {"all-reduce"})
     assert expected <= collectives(tmp_path / "n")
 
 
+@pytest.mark.nightly
+def test_xla_compile_runs_the_2d_plan_with_the_one_device_losses(
+    xla_python: str, tmp_path: Path, one_device: dict
+) -> None:
+    """Dynamo's openxla bridge keeps the shardings marked on the parameters and the batch."""
+    found = spmd_outputs(xla_python, "gpt2-planned", "fsdp_tp", 4, 2, tmp_path / "n", "--backend", "xla-compile")
+    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2-planned", tmp_path)["losses"])
+    assert found["shardings"]["blocks.0.qkv.weight"] == "{devices=[2,2]0,2,1,3}"  # dim 0 on tp, dim 1 on fsdp
+    assert {"all-gather", "all-reduce"} <= collectives(tmp_path / "n")
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("workload", sorted(PLANNED))
+def test_tensor_parallel_decoding_gives_the_one_device_tokens(
+    xla_python: str, tmp_path: Path, one_device: dict, workload: str
+) -> None:
+    """The serving comparison's case: greedy tokens through a KV cache the partitioner places."""
+    found = spmd_outputs(xla_python, workload, "tp", 2, 2, tmp_path / "n", "--decode")
+    assert found["tokens"] == baseline(one_device, xla_python, workload, tmp_path, "--decode")["tokens"]
+    assert "all-reduce" in collectives(tmp_path / "n")
+
+
+def forked_zygote(python: str, env: dict[str, str]) -> Zygote | None:
+    """This process's fork server for ``python`` whose environment holds ``env``, if one is running."""
+    return next(
+        (
+            server
+            for (interpreter, items), server in zygote._ZYGOTES.items()
+            if interpreter == python and dict(items).items() >= env.items() and server.alive()
+        ),
+        None,
+    )
+
+
 @pytest.mark.slow
-def test_a_dp_run_through_the_executor_is_ok_on_two_virtual_devices(results_dir: Path, xla_python: str) -> None:
+def test_a_dp_run_through_the_executor_is_ok_on_two_forked_virtual_devices(results_dir: Path, xla_python: str) -> None:
     [one] = plan(["gpt2"], backends=["xla"], modes=["train"], batch_size=4, seq_len=32, warmup=1, steps=2)
     two = replace(one, devices=2, parallel="dp", scaling="strong", timeout_s=300)
     [row] = SuiteRunner(results_dir, pythons={"xla": xla_python}).run([two])
@@ -217,3 +256,26 @@ def test_a_dp_run_through_the_executor_is_ok_on_two_virtual_devices(results_dir:
     assert (row["devices"], row["parallel"], row["device"]) == (2, "dp", "CPU (PJRT)")
     assert row["peak_mem_bytes"] is None and SPMD_MEMORY_NOTE in row["warnings"]
     assert row["recompiles_after_warmup"] == 0 and row["measured_steps"] == 2
+    # the worker forked from a fork server of its own environment, which PJRT read after the fork
+    assert forked_zygote(xla_python, {"CPU_NUM_DEVICES": "2"}) is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("tpubench.traces.collectives") is None, reason="needs the per-device trace reader"
+)
+def test_a_profiled_spmd_run_has_per_device_ops_rows_and_its_collective_time(xla_python: str, tmp_path: Path) -> None:
+    """4 virtual devices in one trace: each op's calls and time count once per device."""
+    [one] = plan(["gpt2"], backends=["xla"], modes=["train"], batch_size=4, seq_len=32, warmup=1, steps=2)
+    four = replace(one, devices=4, parallel="dp", scaling="strong", timeout_s=300, profile_steps=2)
+    result = Executor(str(tmp_path), pythons={"xla": xla_python}).run(four, {"available": True}, lambda event: None)
+    assert result["status"] == "ok" and result.get("ops_error") is None, result.get("stderr_tail")
+    ops, step_us = result["ops"], result["median_step_ms"] * 1e3
+    reductions = [row for row in ops if row["op"].startswith("all-reduce")]
+    assert reductions and all(row["category"] == "collective" and row["calls"] == 2 for row in reductions)
+    assert {row["devices"] for row in ops} == {4}
+    # on PJRT CPU the devices are threads on 2 cores: one device's ops fit in one step
+    assert sum(row["self_us_per_step"] for row in ops) < step_us
+    collective_us = sum(row["self_us_per_step"] for row in ops if row["category"] == "collective")
+    assert result["collective_ms"] * 1e3 == pytest.approx(collective_us, rel=0.05)
+    assert 0 < result["collective_share"] < 1

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench.backends import dynamo
 from tpubench import TpubenchWarning, peaks
+from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.backends.cpu import CpuBackend
 from tpubench.backends.tpu import (
@@ -174,9 +174,8 @@ class XlaBackend(Backend):
         except (ImportError, AttributeError):
             pass
         name = "CPU (PJRT)" if kind.lower() == "cpu" else kind
-        return Availability(
-            True, device_name=name, device_count=count, versions=versions, parallel_devices=self._parallel_devices(count)
-        )
+        devices = self._parallel_devices(count)
+        return Availability(True, device_name=name, device_count=count, versions=versions, parallel_devices=devices)
 
     def _spmd_device_kind(self) -> str:
         """The device kind in SPMD mode, where torch_xla 2.9 knows only the virtual device:
