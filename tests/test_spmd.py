@@ -248,12 +248,16 @@ def forked_zygote(python: str, env: dict[str, str]) -> Zygote | None:
 
 
 @pytest.mark.slow
-def test_a_dp_run_through_the_executor_is_ok_on_two_forked_virtual_devices(results_dir: Path, xla_python: str) -> None:
+def test_a_verified_dp_run_through_the_executor_is_ok_on_two_forked_virtual_devices(
+    results_dir: Path, xla_python: str
+) -> None:
     [one] = plan(["gpt2"], backends=["xla"], modes=["train"], batch_size=4, seq_len=32, warmup=1, steps=2)
-    two = replace(one, devices=2, parallel="dp", scaling="strong", timeout_s=300)
+    two = replace(one, devices=2, parallel="dp", scaling="strong", timeout_s=300, verify=True)
     [row] = SuiteRunner(results_dir, pythons={"xla": xla_python}).run([two])
     assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
     assert (row["devices"], row["parallel"], row["device"]) == (2, "dp", "CPU (PJRT)")
+    # --verify's candidate ran sharded over 2 devices too: its losses are the cpu reference's
+    assert row["verified"] == "match" and row["max_rel_err"] < 1e-5
     assert row["peak_mem_bytes"] is None and SPMD_MEMORY_NOTE in row["warnings"]
     assert row["recompiles_after_warmup"] == 0 and row["measured_steps"] == 2
     # the worker forked from a fork server of its own environment, which PJRT read after the fork

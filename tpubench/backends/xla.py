@@ -200,14 +200,14 @@ class XlaBackend(Backend):
         precede any XLA computation, and SPMD any XLA tensor or runtime query)."""
         from tpubench.compiles.xla import CounterTotals, debug_env
 
-        if spec.devices > 1:
-            import torch_xla.runtime as xr
-
-            xr.use_spmd()
         if spec.capture_compiles:
             variables = debug_env()
             os.environ.update(variables)
             self.debug_file = variables["PT_XLA_DEBUG_FILE"]
+        if spec.devices > 1:
+            import torch_xla.runtime as xr
+
+            xr.use_spmd()
         if spec.compile_cache:
             import torch_xla.runtime as xr
 
