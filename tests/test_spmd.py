@@ -22,7 +22,6 @@ from helpers import ROOT
 from parallel_workloads import WORKLOADS
 from test_tpu_detection import add_pci_device, v7_host
 
-from tpubench import zygote
 from tpubench.backends.base import Availability
 from tpubench.backends.tpu import GOOGLE_PCI_VENDOR, PIN_DEFAULTS
 from tpubench.backends.xla import SPMD_MEMORY_NOTE, XlaBackend, tpu_subset_env
@@ -235,22 +234,19 @@ def test_tensor_parallel_decoding_gives_the_one_device_tokens(
     assert "all-reduce" in collectives(tmp_path / "n")
 
 
-def forked_zygote(python: str, env: dict[str, str]) -> Zygote | None:
-    """This process's fork server for ``python`` whose environment holds ``env``, if one is running."""
-    return next(
-        (
-            server
-            for (interpreter, items), server in zygote._ZYGOTES.items()
-            if interpreter == python and dict(items).items() >= env.items() and server.alive()
-        ),
-        None,
-    )
-
-
 @pytest.mark.slow
 def test_a_verified_dp_run_through_the_executor_is_ok_on_two_forked_virtual_devices(
-    results_dir: Path, xla_python: str
+    results_dir: Path, xla_python: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    forked: list[tuple[str, str | None]] = []  # (request kind, CPU_NUM_DEVICES) of each worker forked
+    start = Zygote.start
+
+    def recording_start(self: Zygote, request: dict, env: dict[str, str], scratch: str, fds: list[int]) -> int:
+        pid = start(self, request, env, scratch, fds)
+        forked.append((request["kind"], env.get("CPU_NUM_DEVICES")))
+        return pid
+
+    monkeypatch.setattr(Zygote, "start", recording_start)
     [one] = plan(["gpt2"], backends=["xla"], modes=["train"], batch_size=4, seq_len=32, warmup=1, steps=2)
     two = replace(one, devices=2, parallel="dp", scaling="strong", timeout_s=300, verify=True)
     [row] = SuiteRunner(results_dir, pythons={"xla": xla_python}).run([two])
@@ -260,8 +256,9 @@ def test_a_verified_dp_run_through_the_executor_is_ok_on_two_forked_virtual_devi
     assert row["verified"] == "match" and row["max_rel_err"] < 1e-5
     assert row["peak_mem_bytes"] is None and SPMD_MEMORY_NOTE in row["warnings"]
     assert row["recompiles_after_warmup"] == 0 and row["measured_steps"] == 2
-    # the worker forked from a fork server of its own environment, which PJRT read after the fork
-    assert forked_zygote(xla_python, {"CPU_NUM_DEVICES": "2"}) is not None
+    # both xla workers forked from a fork server (which never imports torch_xla): PJRT read
+    # CPU_NUM_DEVICES in the child
+    assert forked.count(("run", "2")) == forked.count(("verify", "2")) == 1
 
 
 @pytest.mark.slow
