@@ -101,6 +101,10 @@ def test_pjrt_cpu_runs_get_n_virtual_devices_and_are_marked_simulated(monkeypatc
     assert backend.worker_env_for(spec("dp", 4))["CPU_NUM_DEVICES"] == "4"
     assert "CPU_NUM_DEVICES" not in backend.worker_env_for(spec("none", 1))
     assert backend.simulated_devices()
+    monkeypatch.delenv("TPUBENCH_SIMULATED_DEVICES", raising=False)
+    assert backend._parallel_devices(1) == 8
+    monkeypatch.setenv("TPUBENCH_SIMULATED_DEVICES", "3")
+    assert backend._parallel_devices(1) == 3
     assert Availability(True).parallel_devices == 1  # a backend that says nothing runs one device
 
 

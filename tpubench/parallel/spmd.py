@@ -5,7 +5,7 @@ tensor exists) makes the process see one virtual device. We annotate tensors wit
 partition specs over a mesh, and XLA's partitioner splits each step's graph over the
 devices and inserts the collectives. The model code stays the same: the partitioner
 reshards around reshapes, so neither gpt2's fused ``qkv`` nor llama3's global head count
-needs to change, as they must for DTensor (reference notes §1.3).
+needs to change, as they must for DTensor (tests/test_spmd.py checks the losses and tokens).
 
 The mesh is ``(dp, tp)`` with axes ``("fsdp", "tp")``, one layout for every plan:
 
