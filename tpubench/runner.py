@@ -333,7 +333,7 @@ class Executor:
                 outcome = run_worker(
                     {"kind": "verify", "spec": run.to_json(), "output": path},
                     python=python_for(self.pythons, run.backend),
-                    env=worker_env(backend.worker_env),
+                    env=worker_env(backend.worker_env_for(run)),
                     timeout_s=spec.timeout_s,
                     fork=backend.forkable,
                 )

@@ -492,6 +492,8 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
             shape=shape_of(spec),
             init_dtype=getattr(torch, spec.init_dtype or spec.dtype),
         )
+        if not parallel.is_multi_process(spec):  # SPMD: verify the sharded computation itself
+            instance = parallel.apply(spec, backend, instance)
         torch.save(verify.outputs(spec, backend, instance), path)
     except Exception as error:
         traceback.print_exc()

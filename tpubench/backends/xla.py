@@ -8,20 +8,27 @@ imports torch_xla until a worker calls a method.
 Figures come from ``torch_xla.debug.metrics`` counters and metric tuples, never from the
 text report (which rounds seconds wrongly). ``aten::*`` counters are ops that fell back
 to the CPU: on a TPU those are migration blockers.
+
+A multi-device run is one process over N PJRT devices in SPMD mode (:mod:`tpubench.parallel.spmd`):
+``CPU_NUM_DEVICES=N`` virtual devices on PJRT CPU, N chips of the host on a TPU.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tpubench import TpubenchWarning, peaks
 from tpubench.backends import dynamo
-from tpubench.backends.base import Availability, Backend
+from tpubench.backends.base import Availability, Backend, simulated_device_limit
 from tpubench.backends.cpu import CpuBackend
 from tpubench.backends.tpu import (
+    chips_env,
     google_pci_devices,
     pci_device_id,
     pin_env,
@@ -49,6 +56,17 @@ CACHE_COUNTERS = {
 #: v2/v3, v4, v5e, v6e, two test parts (0x0062 is v5p) and v7. Google's gVNIC (0x0042) is not one.
 XLA_TPU_PCI_DEVICE_IDS = frozenset({"0x0027", "0x005e", "0x0063", "0x006f", "0x0056", "0x0062", "0x0076"})
 
+#: ``TPU_CHIPS_PER_PROCESS_BOUNDS`` of a process that owns the first N chips of a host, as
+#: vLLM's TPU backend and pytorch/xla#7714 set them (1 and 4 chips seen there; 2 and 8 by
+#: the same x-then-y rule, a v5e-8/v6e-8 host being 2 x 4). Read from code, unverified on a chip.
+CHIPS_PER_PROCESS_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
+
+#: why a multi-device xla run has no peak memory
+SPMD_MEMORY_NOTE = (
+    "peak memory left null: torch_xla gives no per-device memory under SPMD "
+    "(get_memory_info refuses the SPMD virtual device)"
+)
+
 
 def _pjrt_device(root: Path = Path("/")) -> str:
     """PJRT_DEVICE, or what torch_xla picks when it is unset: TPU where a TPU chip is on the PCI
@@ -57,6 +75,20 @@ def _pjrt_device(root: Path = Path("/")) -> str:
         return os.environ["PJRT_DEVICE"].upper()
     chips = [d for d in google_pci_devices(root) if pci_device_id(d) in XLA_TPU_PCI_DEVICE_IDS]
     return "TPU" if chips else "CPU"
+
+
+def tpu_subset_env(environ: dict[str, str] | os._Environ, chips: int) -> dict[str, str]:
+    """The variables that give one torch_xla process ``chips`` chips of a TPU host: the first
+    of the user's ``TPU_VISIBLE_CHIPS``, else chips 0 to N-1, as TorchTPU's launcher lists
+    them (:func:`tpu.chips_env`), with the bounds of a process owning them.
+
+    Read from vLLM's TPU backend and pytorch/xla#7714, unverified on a chip (docs/multi-device.md).
+    """
+    return {
+        **chips_env(environ, chips),
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": CHIPS_PER_PROCESS_BOUNDS.get(chips, f"1,{chips},1"),
+        "TPU_PROCESS_BOUNDS": "1,1,1",
+    }
 
 
 class XlaBackend(Backend):
@@ -79,6 +111,30 @@ class XlaBackend(Backend):
         pinned = pin_env(os.environ) if _pjrt_device(self.root) == "TPU" else {}
         return {**super().worker_env, **pinned}
 
+    def worker_env_for(self, spec: RunSpec) -> dict[str, str]:
+        """A multi-device run's devices, which PJRT reads once, at start: ``CPU_NUM_DEVICES``
+        virtual devices on PJRT CPU (``--xla_force_host_platform_device_count`` gives one),
+        the run's chips on a TPU (:func:`tpu_subset_env`)."""
+        env = self.worker_env
+        if spec.devices == 1:
+            return env
+        pjrt = _pjrt_device(self.root)
+        if pjrt == "CPU":
+            return {**env, "CPU_NUM_DEVICES": str(spec.devices)}
+        if pjrt == "TPU":
+            return {**env, **tpu_subset_env(os.environ, self._chips(spec.devices))}
+        return env
+
+    def simulated_devices(self) -> bool:
+        """PJRT CPU's devices are threads sharing the host's cores: their timings mean nothing."""
+        return _pjrt_device(self.root) == "CPU"
+
+    def _chips(self, devices: int) -> int:
+        """The chips that hold ``devices`` PJRT devices (two per chip on v7)."""
+        found = tpu_pci_devices(self.root)
+        peak = peaks.lookup(found[0].chip, "tpu") if found else None
+        return math.ceil(devices / (peak.devices_per_chip if peak else 1))
+
     def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:
         """On a TPU, start the worker once its chip can be opened, and once more if it found it busy."""
         if _pjrt_device(self.root) != "TPU":
@@ -97,7 +153,8 @@ class XlaBackend(Backend):
             return Availability(False, f"torch_xla not installed for {sys.executable} ({error})")
         try:
             device = torch_xla.device()
-            kind = xm.xla_device_kind(device)
+            # the SPMD virtual device has no kind: a multi-device run names the PCI chip
+            kind = self._spmd_device_kind() if xr.is_spmd() else xm.xla_device_kind(device)
             count = xr.global_runtime_device_count()
         except Exception as error:  # PJRT raises plain RuntimeErrors when it cannot start
             return Availability(False, f"PJRT could not start {_pjrt_device()} for {sys.executable}: {error}")
@@ -109,17 +166,40 @@ class XlaBackend(Backend):
         except (ImportError, AttributeError):
             pass
         name = "CPU (PJRT)" if kind.lower() == "cpu" else kind
-        return Availability(True, device_name=name, device_count=count, versions=versions)
+        devices = self._parallel_devices(count)
+        return Availability(True, device_name=name, device_count=count, versions=versions, parallel_devices=devices)
+
+    def _spmd_device_kind(self) -> str:
+        """The device kind in SPMD mode, where torch_xla 2.9 knows only the virtual device:
+        "cpu" on PJRT CPU, the chip's PCI name on a TPU (a name :mod:`tpubench.peaks` knows)."""
+        pjrt = _pjrt_device(self.root)
+        chips = tpu_pci_devices(self.root) if pjrt == "TPU" else []
+        return chips[0].chip if chips else pjrt.lower()
+
+    def _parallel_devices(self, count: int) -> int:
+        """The devices one run may use: PJRT CPU simulates up to :func:`simulated_device_limit`;
+        a TPU host offers all its chips' devices, although this probe saw only its pinned one."""
+        pjrt = _pjrt_device(self.root)
+        if pjrt == "CPU":
+            return simulated_device_limit()
+        if pjrt == "TPU":
+            return len(tpu_pci_devices(self.root)) or count
+        return count
 
     def setup(self, spec: RunSpec) -> None:
-        """Turn on XLA's persistent compilation cache and, to capture compiles, PT_XLA_DEBUG's
-        analyses (torch_xla reads both once: they must precede any XLA computation)."""
+        """Turn on SPMD for a multi-device run, XLA's persistent compilation cache and, to
+        capture compiles, PT_XLA_DEBUG's analyses (torch_xla reads them once: they must
+        precede any XLA computation, and SPMD any XLA tensor or runtime query)."""
         from tpubench.compiles.xla import CounterTotals, debug_env
 
         if spec.capture_compiles:
             variables = debug_env()
             os.environ.update(variables)
             self.debug_file = variables["PT_XLA_DEBUG_FILE"]
+        if spec.devices > 1:
+            import torch_xla.runtime as xr
+
+            xr.use_spmd()
         if spec.compile_cache:
             import torch_xla.runtime as xr
 
@@ -172,7 +252,14 @@ class XlaBackend(Backend):
         return info.get("bytes_limit")
 
     def peak_memory_bytes(self) -> int | None:
-        """The device allocator's peak; on PJRT CPU (no allocator stats) the worker's peak RSS."""
+        """The device allocator's peak; on PJRT CPU (no allocator stats) the worker's peak RSS.
+        Null under SPMD, with a note: no per-device figure exists, and the worker's RSS on PJRT
+        CPU would be all the devices' together."""
+        import torch_xla.runtime as xr
+
+        if xr.is_spmd():
+            warnings.warn(SPMD_MEMORY_NOTE, TpubenchWarning, stacklevel=2)
+            return None
         info = self._memory_info()
         if info is None:
             return CpuBackend().peak_memory_bytes() if _pjrt_device() == "CPU" else None
