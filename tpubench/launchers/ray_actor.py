@@ -161,7 +161,8 @@ class DeviceWorker:
         from tpubench.runner import Executor, facts_for, lock_name, probe, python_for, wait_reporter
 
         backend = get_backend(spec.backend)
-        lock = lock_name(backend.device_kind, worker_env(backend.worker_env))  # the one Executor.run takes
+        # the ones Executor.run takes: every device of the run, pinned as its worker will be
+        lock = lock_name(backend.device_kind, worker_env(backend.worker_env_for(spec)), spec.devices)
         with devicelock.hold(lock, wait_reporter(forward)) as waited:
             key = (python_for(self.pythons, spec.backend), spec.backend)
             if key not in self.probes:
