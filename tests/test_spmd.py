@@ -273,7 +273,8 @@ def test_a_profiled_spmd_run_has_per_device_ops_rows_and_its_collective_time(xla
     """4 virtual devices in one trace: each op's calls and time count once per device."""
     [one] = plan(["gpt2"], backends=["xla"], modes=["train"], batch_size=4, seq_len=32, warmup=1, steps=2)
     four = replace(one, devices=4, parallel="dp", scaling="strong", timeout_s=300, profile_steps=2)
-    result = Executor(str(tmp_path), pythons={"xla": xla_python}).run(four, {"available": True}, lambda event: None)
+    available = {"available": True, "parallel_devices": 4}
+    result = Executor(str(tmp_path), pythons={"xla": xla_python}).run(four, available, lambda event: None)
     assert result["status"] == "ok" and result.get("ops_error") is None, result.get("stderr_tail")
     ops, step_us = result["ops"], result["median_step_ms"] * 1e3
     reductions = [row for row in ops if row["op"].startswith("all-reduce")]
