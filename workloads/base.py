@@ -98,6 +98,14 @@ class ParallelPlan:
     fsdp_units: tuple[str, ...] = ()
     tp: Mapping[str, str] = field(default_factory=dict)
     tp_divides: tuple[str, ...] = ()
+    #: ``(config, tp) -> config``: the dimensions of one tensor-parallel rank's shard (its
+    #: share of the heads and widths), for what is allocated outside the model at those
+    #: dimensions: a generation's KV cache holds only the rank's heads. None: the config itself
+    tp_local: Callable[[Any, int], Any] | None = None
+
+    def local_config(self, config: Any, tp: int) -> Any:
+        """``config`` as a rank of a ``tp``-way tensor-parallel run holds it."""
+        return config if tp == 1 or self.tp_local is None else self.tp_local(config, tp)
 
 
 @dataclass(frozen=True)
@@ -187,7 +195,8 @@ class Instance:
     size: str
     model: nn.Module
     batch: Batch
-    shape: Shape
+    shape: Shape  # this process's share: a data-parallel rank holds a slice of the global batch
+    tp_size: int = 1  # the tensor-parallel degree its model is split over (tpubench.parallel)
 
     @property
     def batch_size(self) -> int:
@@ -211,7 +220,10 @@ class Instance:
             raise ValueError(f"workload {self.workload.name!r} cannot generate (no prefill/decode modes)")
         device = self.batch["input_ids"].device
         dtype = next(self.model.parameters()).dtype
-        cache = generation.allocate_cache(self.workload.config(self.size), self.batch_size, length, device, dtype)
+        config = self.workload.config(self.size)
+        if self.workload.parallel is not None:  # a tensor-parallel rank caches its own heads only
+            config = self.workload.parallel.local_config(config, self.tp_size)
+        cache = generation.allocate_cache(config, self.batch_size, length, device, dtype)
         position = torch.full((1,), self.seq_len, dtype=torch.long, device=device)
         return Greedy(generation, model, self.batch, cache, position)
 
