@@ -8,7 +8,8 @@ backends (``tpubench.backends``) decide everything device-specific.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+import fnmatch
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,7 +86,9 @@ class Generation:
 class ParallelPlan:
     """How a workload splits over devices, as data (torchprime's sharding configs).
 
-    Names are ``fnmatch`` globs over ``model.named_modules()`` names (``blocks.*.attention.q``).
+    Names are globs over ``model.named_modules()`` names (``blocks.*.attention.q``), matched
+    one dotted segment at a time (:meth:`matches`): ``blocks.*`` is each block, not every
+    module inside one.
     ``fsdp_units`` are wrapped one by one before the root (FSDP2's ``fully_shard`` per unit;
     on XLA SPMD each unit's weights are sharded on the fsdp axis). ``tp`` maps each
     ``nn.Linear`` to ``colwise`` (output features split) or ``rowwise`` (input features
@@ -102,6 +105,18 @@ class ParallelPlan:
     #: share of the heads and widths), for what is allocated outside the model at those
     #: dimensions: a generation's KV cache holds only the rank's heads. None: the config itself
     tp_local: Callable[[Any, int], Any] | None = None
+
+    @staticmethod
+    def matches(name: str, pattern: str) -> bool:
+        """Whether module ``name`` matches ``pattern``: as many dotted segments, each an
+        ``fnmatch`` glob (plain ``fnmatch`` would let ``*`` run across dots)."""
+        names, patterns = name.split("."), pattern.split(".")
+        return len(names) == len(patterns) and all(map(fnmatch.fnmatchcase, names, patterns))
+
+    def modules(self, model: nn.Module, patterns: Iterable[str]) -> list[tuple[str, nn.Module]]:
+        """``model``'s modules that match any of ``patterns``, in the model's order."""
+        patterns = tuple(patterns)
+        return [(name, m) for name, m in model.named_modules() if any(self.matches(name, p) for p in patterns)]
 
     def local_config(self, config: Any, tp: int) -> Any:
         """``config`` as a rank of a ``tp``-way tensor-parallel run holds it."""

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, StepTimer
+from tpubench.parallel import ranks_env
 
 if TYPE_CHECKING:
     import torch
     from torch.profiler import ProfilerActivity
+
+    from tpubench.spec import RunSpec
 
 
 class CudaEventTimer(StepTimer):
@@ -56,10 +59,19 @@ class CudaBackend(Backend):
             },
         )
 
+    def setup(self, spec: RunSpec) -> None:
+        """A rank of a multi-device run works on its own GPU (of those the run is pinned to)."""
+        import torch
+
+        super().setup(spec)
+        if ranks_env() is not None:
+            torch.cuda.set_device(self.device())
+
     def device(self) -> torch.device:
         import torch
 
-        return torch.device("cuda", 0)
+        ranks = ranks_env()
+        return torch.device("cuda", ranks["local_rank"] if ranks else 0)
 
     def synchronize(self) -> None:
         import torch
