@@ -79,6 +79,8 @@ def apply(spec: RunSpec, backend: Backend, instance: Instance) -> Instance:
     if spec.parallel == "tp" and layout.tp != spec.devices:
         raise ValueError(f"a tp run's tensor-parallel degree is its devices ({spec.devices}), not {layout.tp}")
     init_process_group(spec, backend)
+    if dist.get_world_size() != spec.devices:
+        raise RuntimeError(f"the process group has {dist.get_world_size()} ranks, the run {spec.devices} devices")
     plan = instance.workload.parallel
     model = instance.model
     if spec.parallel == "dp":  # no mesh: DDP all-reduces gradients over the default group
