@@ -158,6 +158,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
         ("aten", "FSDP::all_gather (0)", "collective"),
         ("aten", "fsdp::all_gather_copy_in", "data movement"),
         ("aten", "fsdp::all_gather_copy_out", "data movement"),
+        ("aten", "FSDP::all_gather_copy_out (blocks.0)", "data movement"),
         ("aten", "## Call CompiledFxGraph f3bno2vpfwn7yc34rnhifvutreeal72p7uzh3qd55njb63lv4vko ##", "other"),
         # HLO instructions of the PJRT CPU xplane, and TPU names with XProf's category
         ("hlo", "dot.710", "matmul"),

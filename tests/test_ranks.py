@@ -170,7 +170,8 @@ def test_a_fsdp_run_merges_its_ranks_and_profiles_each(marked, tmp_path: Path) -
     assert traces == ["rank0/trace.json", "rank1/trace.json"] and row["trace_path"].endswith("rank0/trace.json")
     categories = {op["op"]: op["category"] for op in row["ops"]}
     assert any(category == "collective" for category in categories.values()), sorted(categories)
-    assert categories.get("fsdp::all_gather_copy_in") == "data movement"
+    copies = {category for op, category in categories.items() if "all_gather_copy" in op}
+    assert copies == {"data movement"}, categories  # FSDP2's local copies around its all-gathers
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,9 @@ def family_env(spec: RunSpec) -> dict[str, str]:
         return {}
     from tpubench.parallel import torchtpu_env
 
-    return torchtpu_env.launch_env(os.environ, spec.devices, chip=get_backend(spec.backend).availability().device_name)
+    availability = get_backend(spec.backend).availability()  # the PCI bus: no chip is opened
+    chip = availability.device_name or None
+    return torchtpu_env.launch_env(os.environ, spec.devices, chip=chip, host_devices=availability.device_count)
 
 
 @dataclass
