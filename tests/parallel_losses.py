@@ -56,15 +56,16 @@ def run(configuration: str) -> dict:
     name, parallel, *tp = configuration.split(":")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     spec = RunSpec(
-        suite="llm", workload=name, size="tiny", backend="cpu", mode="train", dtype="float32",
-        batch_size=BATCH, seq_len=SEQ, devices=world, parallel=parallel,
+        suite="test", workload=name, size="tiny", backend="cpu", mode="train", dtype="float32",
+        batch_size=BATCH, devices=world, parallel=parallel,
         tp_size=int(tp[0]) if tp else (world if parallel == "tp" else 1),
     )  # fmt: skip
-    instance = build(get_workload(name), "tiny", batch_size=BATCH, seq_len=SEQ)
+    workload = get_workload(name)
+    instance = build(workload, "tiny", batch_size=BATCH, seq_len=SEQ if "seq_len" in workload.dims else None)
     if parallel != "none":
         instance = dtensor.apply(spec, get_backend("cpu"), instance)
     # the tokens of the whole batch: only where every rank holds it (tp, or one device)
-    generated = tokens(instance) if parallel in ("none", "tp") else None
+    generated = tokens(instance) if parallel in ("none", "tp") and workload.generation else None
     return {
         "losses": losses(instance),
         "local_params": dtensor.local_parameter_count(instance.model),
