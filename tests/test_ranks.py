@@ -201,3 +201,34 @@ def test_a_rank_that_fails_takes_the_others_down(
 def test_a_timeout_kills_every_rank(fault_workloads: None, marked) -> None:
     row = marked(spec_for("fault-hang", batch_size=2, seq_len=None, timeout_s=12.0))
     assert row["status"] == "timeout"
+
+
+@pytest.mark.nightly
+def test_ranks_die_with_their_launcher(fault_workloads: None) -> None:
+    """The worker alone killed (not its process group): its ranks' lifelines close, and they exit."""
+    spec = spec_for("fault-hang", batch_size=2, seq_len=None, timeout_s=300.0)
+    read_fd, write_fd = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tpubench.worker", "--channel-fd", str(write_fd)],
+        stdin=subprocess.PIPE,
+        pass_fds=(write_fd,),
+        env=worker_env(DEFAULT_WORKER_ENV),
+        start_new_session=True,
+    )
+    try:
+        os.close(write_fd)
+        assert worker.stdin is not None
+        worker.stdin.write(json.dumps({"kind": "run", "spec": spec.to_json()}).encode() + b"\n")
+        worker.stdin.flush()
+        launcher = psutil.Process(worker.pid)
+        found = wait_for(lambda: len(launcher.children()) == 2 and launcher.children(), "the two ranks to start")
+        worker.kill()
+        worker.wait()
+        _, alive = psutil.wait_procs(found, timeout=30)
+        assert not alive
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdin:
+            worker.stdin.close()
+        os.close(read_fd)
