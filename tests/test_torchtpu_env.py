@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tpubench.parallel import torchtpu_env
+from tpubench.parallel.ranks import free_port
 from tpubench.parallel.torchtpu_env import LaunchEnvError, launch_env
 
 RULES = Path(__file__).resolve().parent / "torchtpu_rules.py"
@@ -54,7 +55,7 @@ def torchtpu(env: dict[str, str], cases: dict) -> dict:
 
 def ours(env: dict[str, str], nproc: int, **given) -> dict:
     try:
-        return {"env": launch_env(env, nproc, session_id=lambda: "session", **given)}
+        return {"env": launch_env(env, nproc, session_id=lambda: "session", pick_port=free_port, **given)}
     except LaunchEnvError as error:
         return {"error": str(error)}
 
@@ -91,7 +92,7 @@ def test_variables_already_set_are_kept_and_contradictions_are_errors() -> None:
         "MASTER_PORT": "1234",
         "TORCH_TPU_BASE_PORT": "9000",
     }
-    found = launch_env(env, 2, session_id=lambda: "s")
+    found = launch_env(env, 2, session_id=lambda: "s", pick_port=free_port)
     assert found == {
         "TORCH_TPU_XPROF_SESSION_ID": "s",
         "TORCH_TPU_SLICEBUILDER_ADDRESSES": "a:9000,a:9001,b:9000,b:9001",
@@ -100,11 +101,11 @@ def test_variables_already_set_are_kept_and_contradictions_are_errors() -> None:
         "MASTER_ADDR": "a",
     }
     with pytest.raises(LaunchEnvError, match="nnodes is 3, but TPU_WORKER_HOSTNAMES names 2 hosts"):
-        launch_env(env, 2, nnodes=3)
+        launch_env(env, 2, nnodes=3, pick_port=free_port)
     with pytest.raises(LaunchEnvError, match="no NODE_RANK"):
-        launch_env({"TPU_WORKER_HOSTNAMES": "a,b"}, 2)
+        launch_env({"TPU_WORKER_HOSTNAMES": "a,b"}, 2, pick_port=free_port)
     with pytest.raises(LaunchEnvError, match="TPU_WORKER_HOSTNAMES must list"):
-        launch_env({"JOB_COMPLETION_INDEX": "0"}, 2)
+        launch_env({"JOB_COMPLETION_INDEX": "0"}, 2, pick_port=free_port)
 
 
 def test_one_host_gets_free_local_ports_and_its_generations_topology() -> None:
@@ -113,9 +114,9 @@ def test_one_host_gets_free_local_ports_and_its_generations_topology() -> None:
     assert found["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == "localhost:5000,localhost:5001,localhost:5002,localhost:5003"
     assert found["TORCH_TPU_TOPOLOGY"] == "2,2,1" and "NODE_RANK" not in found
     with pytest.raises(LaunchEnvError, match="no TPU v6e topology of 2 devices; valid: 1, 4, 8"):
-        launch_env({}, 2, chip="TPU v6e", host_devices=8)
+        launch_env({}, 2, chip="TPU v6e", host_devices=8, pick_port=free_port)
     with pytest.raises(LaunchEnvError, match="no TPU chip"):
-        launch_env({}, 2)
+        launch_env({}, 2, pick_port=free_port)
 
 
 @needs_torch_tpu

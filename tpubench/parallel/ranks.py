@@ -88,7 +88,9 @@ def family_env(spec: RunSpec) -> dict[str, str]:
 
     availability = get_backend(spec.backend).availability()  # the PCI bus: no chip is opened
     chip = availability.device_name or None
-    return torchtpu_env.launch_env(os.environ, spec.devices, chip=chip, host_devices=availability.device_count)
+    return torchtpu_env.launch_env(
+        os.environ, spec.devices, chip=chip, host_devices=availability.device_count, pick_port=free_port
+    )
 
 
 @dataclass

@@ -24,7 +24,6 @@ of that many devices of the chip's generation.
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -98,12 +97,6 @@ def node_rank(
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def launch_env(
     environ: Mapping[str, str],
     nproc_per_node: int,
@@ -112,14 +105,14 @@ def launch_env(
     host_devices: int = 0,
     nnodes: int | None = None,
     coords: Sequence[int] | None = None,
-    pick_port: Callable[[], int] = free_port,
+    pick_port: Callable[[], int],
     session_id: Callable[[], str] = lambda: str(time.time_ns()),
 ) -> dict[str, str]:
     """The variables ``set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)``
     would add to ``environ`` for ``nproc_per_node`` ranks on a host whose ``host_devices``
     devices are ``chip``s (``"TPU v6e"``; None and 0: no chip found) and, on several hosts,
-    whose first chip sits at ``coords`` in the slice. Variables ``environ`` has already are
-    left out."""
+    whose first chip sits at ``coords`` in the slice; ``pick_port`` gives a free local port.
+    Variables ``environ`` has already are left out."""
     found: dict[str, str] = {}
 
     def once(name: str, value: Callable[[], str]) -> None:
