@@ -145,6 +145,9 @@ def start_rank(spec: RunSpec, index: int, port: int, env: dict[str, str], scratc
             pass_fds=(write_fd,),
             env={**os.environ, **env, **rank_env(index, spec.devices, port)},
         )
+    except BaseException:
+        os.close(read_fd)
+        raise
     finally:
         os.close(write_fd)
         if output:
