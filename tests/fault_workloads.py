@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import time
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -149,3 +151,35 @@ def _report_environment() -> None:
 
 
 WORKLOADS = (*WORKLOADS, _workload("tpu-force-init", _force_tpu_init), _workload("env-report", _report_environment))
+
+
+def _on_rank_one_at_second_step(fault):
+    """A workload whose rank 1 (of a multi-device run) faults in its second step, while its
+    peers wait for it in a collective; other ranks and one-device runs never fault."""
+    calls = iter(range(1 << 30))
+
+    def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if os.environ.get("RANK") == "1" and next(calls) == 1:
+            fault()
+        return model(batch["x"]).square().mean()
+
+    return loss
+
+
+def _rank_workload(name: str, fault) -> Workload:
+    return replace(_workload(name, lambda: None), loss=_on_rank_one_at_second_step(fault))
+
+
+def _raise_in_step() -> None:
+    raise RuntimeError("deliberate failure on rank 1")
+
+
+def _kill_in_step() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+WORKLOADS = (
+    *WORKLOADS,
+    _rank_workload("fault-rank1-raise", _raise_in_step),
+    _rank_workload("fault-rank1-killed", _kill_in_step),
+)

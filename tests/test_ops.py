@@ -151,6 +151,14 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
         ("aten", "cudaLaunchKernel", "host/runtime"),
         ("aten", "aten::convolution", "convolution"),
         ("aten", "c10d::allreduce_", "collective"),
+        # an FSDP2 run's (gloo, 2 ranks): the collectives, and the local copies around the all-gather
+        ("aten", "c10d::_allgather_base_", "collective"),
+        ("aten", "c10d::_reduce_scatter_base_", "collective"),
+        ("aten", "gloo:all_gather", "collective"),
+        ("aten", "FSDP::all_gather (0)", "collective"),
+        ("aten", "fsdp::all_gather_copy_in", "data movement"),
+        ("aten", "fsdp::all_gather_copy_out", "data movement"),
+        ("aten", "FSDP::all_gather_copy_out (blocks.0)", "data movement"),
         ("aten", "## Call CompiledFxGraph f3bno2vpfwn7yc34rnhifvutreeal72p7uzh3qd55njb63lv4vko ##", "other"),
         # HLO instructions of the PJRT CPU xplane, and TPU names with XProf's category
         ("hlo", "dot.710", "matmul"),

@@ -10,6 +10,7 @@ system counters and the worker's own CPU times.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -32,8 +33,26 @@ def _busy_seconds() -> float:
 
 
 def _own_seconds() -> float:
-    times = psutil.Process().cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
+    """CPU time of this run: the worker and its children; in a rank of a multi-device run,
+    every process of the run's process group, since its peer ranks are the run, not
+    competition (``TPUBENCH_RANK``: tpubench.parallel.ranks)."""
+    processes = [psutil.Process()]
+    if "TPUBENCH_RANK" in os.environ:
+        group = os.getpgid(0)
+        processes = [process for process in psutil.process_iter() if _group_of(process) == group]
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _group_of(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except OSError:
+        return None
 
 
 class HostLoadMeter:

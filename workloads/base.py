@@ -8,7 +8,8 @@ backends (``tpubench.backends``) decide everything device-specific.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+import fnmatch
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,7 +86,9 @@ class Generation:
 class ParallelPlan:
     """How a workload splits over devices, as data (torchprime's sharding configs).
 
-    Names are ``fnmatch`` globs over ``model.named_modules()`` names (``blocks.*.attention.q``).
+    Names are globs over ``model.named_modules()`` names (``blocks.*.attention.q``), matched
+    one dotted segment at a time (:meth:`matches`): ``blocks.*`` is each block, not every
+    module inside one.
     ``fsdp_units`` are wrapped one by one before the root (FSDP2's ``fully_shard`` per unit;
     on XLA SPMD each unit's weights are sharded on the fsdp axis). ``tp`` maps each
     ``nn.Linear`` to ``colwise`` (output features split) or ``rowwise`` (input features
@@ -98,6 +101,26 @@ class ParallelPlan:
     fsdp_units: tuple[str, ...] = ()
     tp: Mapping[str, str] = field(default_factory=dict)
     tp_divides: tuple[str, ...] = ()
+    #: ``(config, tp) -> config``: the dimensions of one tensor-parallel rank's shard (its
+    #: share of the heads and widths), for what is allocated outside the model at those
+    #: dimensions: a generation's KV cache holds only the rank's heads. None: the config itself
+    tp_local: Callable[[Any, int], Any] | None = None
+
+    @staticmethod
+    def matches(name: str, pattern: str) -> bool:
+        """Whether module ``name`` matches ``pattern``: as many dotted segments, each an
+        ``fnmatch`` glob (plain ``fnmatch`` would let ``*`` run across dots)."""
+        names, patterns = name.split("."), pattern.split(".")
+        return len(names) == len(patterns) and all(map(fnmatch.fnmatchcase, names, patterns))
+
+    def modules(self, model: nn.Module, patterns: Iterable[str]) -> list[tuple[str, nn.Module]]:
+        """``model``'s modules that match any of ``patterns``, in the model's order."""
+        patterns = tuple(patterns)
+        return [(name, m) for name, m in model.named_modules() if any(self.matches(name, p) for p in patterns)]
+
+    def local_config(self, config: Any, tp: int) -> Any:
+        """``config`` as a rank of a ``tp``-way tensor-parallel run holds it."""
+        return config if tp == 1 or self.tp_local is None else self.tp_local(config, tp)
 
 
 @dataclass(frozen=True)
@@ -187,7 +210,8 @@ class Instance:
     size: str
     model: nn.Module
     batch: Batch
-    shape: Shape
+    shape: Shape  # this process's share: a data-parallel rank holds a slice of the global batch
+    tp_size: int = 1  # the tensor-parallel degree its model is split over (tpubench.parallel)
 
     @property
     def batch_size(self) -> int:
@@ -211,7 +235,10 @@ class Instance:
             raise ValueError(f"workload {self.workload.name!r} cannot generate (no prefill/decode modes)")
         device = self.batch["input_ids"].device
         dtype = next(self.model.parameters()).dtype
-        cache = generation.allocate_cache(self.workload.config(self.size), self.batch_size, length, device, dtype)
+        config = self.workload.config(self.size)
+        if self.workload.parallel is not None:  # a tensor-parallel rank caches its own heads only
+            config = self.workload.parallel.local_config(config, self.tp_size)
+        cache = generation.allocate_cache(config, self.batch_size, length, device, dtype)
         position = torch.full((1,), self.seq_len, dtype=torch.long, device=device)
         return Greedy(generation, model, self.batch, cache, position)
 

@@ -45,6 +45,10 @@ ATEN_RULES = _rules(
     # tpubench.backends.dynamo.name_kernels) its own time is the wrapper's; in older traces it
     # held the fused kernels too, which nothing can split (tpubench ops says so)
     ("other", r"^## Call CompiledFxGraph"),
+    # FSDP2's copies of a unit's shards into (and out of) the all-gather's flat buffer, and its
+    # annotations of them (``FSDP::all_gather_copy_out (blocks.0)``): local copies on the
+    # rank's device, not communication, though their names say all_gather
+    ("data movement", r"^(fsdp|FSDP)::all_gather_copy_(in|out)\b"),
     ("collective", r"^c10d::|nccl|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"),
     ("attention", r"attention|^aten::_?fused_sdp|flex_attention"),
     ("normalization", r"norm(_backward)?$|_norm_|batch_norm|group_norm|layer_norm|rms_norm"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, StepTimer
+from tpubench.parallel import ranks_env
 from tpubench.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -76,10 +77,19 @@ class CudaBackend(Backend):
             env["CUDA_VISIBLE_DEVICES"] = visible_devices(os.environ, spec.devices)
         return env
 
+    def setup(self, spec: RunSpec) -> None:
+        """A rank of a multi-device run works on its own GPU (of those the run is pinned to)."""
+        import torch
+
+        super().setup(spec)
+        if ranks_env() is not None:
+            torch.cuda.set_device(self.device())
+
     def device(self) -> torch.device:
         import torch
 
-        return torch.device("cuda", 0)
+        ranks = ranks_env()
+        return torch.device("cuda", ranks["local_rank"] if ranks else 0)
 
     def synchronize(self) -> None:
         import torch

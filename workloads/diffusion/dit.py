@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import MODES, Batch, Published, Shape, Workload
+from workloads.base import MODES, Batch, ParallelPlan, Published, Shape, Workload
 
 TIMESTEPS = 1000
 FREQUENCY_DIM = 256  # the sinusoidal timestep embedding's width
@@ -324,6 +324,7 @@ def estimate_memory_bytes(config: DiTConfig, shape: Shape, mode: str, dtype: tor
 
 
 WORKLOAD = Workload(
+    parallel=ParallelPlan(fsdp_units=("blocks.*",)),  # FSDP units; no tensor-parallel plan
     name="dit",
     suites=("diffusion",),
     family="dit",

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, ParallelPlan, Published, Shape, Workload
 
 MASK_TOKEN = 103  # [MASK] in BERT's WordPiece vocabulary
 MASKED_SHARE = 0.15
@@ -181,6 +181,7 @@ def estimate_memory_bytes(config: BertConfig, shape: Shape, mode: str, dtype: to
 
 
 WORKLOAD = Workload(
+    parallel=ParallelPlan(fsdp_units=("layers.*",)),  # FSDP units; no tensor-parallel plan
     name="bert",
     suites=("encoder",),
     family="bert",

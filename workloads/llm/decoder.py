@@ -7,13 +7,13 @@ XLA compiles each (batch, sequence) shape once and never again.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Published, Shape, Workload
+from workloads.base import GENERATION_MODES, MODES, Batch, Generation, ParallelPlan, Published, Shape, Workload
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,25 @@ def decode(model: nn.Module, token: torch.Tensor, position: torch.Tensor, cache:
     return logits[:, -1:].argmax(dim=-1)
 
 
+def tp_local(config: DecoderConfig, tp: int) -> DecoderConfig:
+    """One tensor-parallel rank's shard of a decoder: its share of the query and KV heads,
+    of the model width (so that the head size stays) and of the MLP width."""
+    return replace(
+        config,
+        n_head=config.n_head // tp,
+        n_kv_head=config.kv_heads // tp,
+        d_model=config.d_model // tp,
+        d_ff=config.d_ff // tp,
+    )
+
+
+def decoder_plan(tp: Mapping[str, str], tp_divides: tuple[str, ...]) -> ParallelPlan:
+    """A decoder's plan: FSDP units are the blocks; ``tp`` is Megatron's (the projections into
+    heads and into the MLP split by output features, the ones out of them by input features,
+    so that each block needs one all-reduce in its attention and one in its MLP)."""
+    return ParallelPlan(fsdp_units=("blocks.*",), tp=tp, tp_divides=tp_divides, tp_local=tp_local)
+
+
 def decoder_workload(
     name: str,
     family: str,
@@ -235,6 +254,7 @@ def decoder_workload(
     build_model: Callable[[DecoderConfig], nn.Module],
     published: Mapping[str, Published],
     size_suites: Mapping[str, tuple[str, ...]] | None = None,
+    parallel: ParallelPlan | None = None,
 ) -> Workload:
     """An llm-suite workload: next-token loss on synthetic tokens, FLOPs and memory from the config."""
     return Workload(
@@ -256,4 +276,5 @@ def decoder_workload(
         generation=Generation(KVCache.allocate, prefill, decode, cached_flops, decode_bytes),
         published=published,
         size_suites=size_suites or {},
+        parallel=parallel,
     )

@@ -35,9 +35,14 @@ class Block(nn.Module):
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
         self.layer = layer
-        self.n_head = config.n_head
+        self.head_dim = config.head_dim
         self.ln_1 = nn.LayerNorm(config.d_model)
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        # three projections, not one fused ``qkv``: tensor parallelism splits each by output
+        # features, so that a rank holds whole heads of q, k and v (a split of a fused matrix
+        # would give one rank all of q and the next all of k). Same parameters and FLOPs.
+        self.q = nn.Linear(config.d_model, config.d_model)
+        self.k = nn.Linear(config.d_model, config.d_model)
+        self.v = nn.Linear(config.d_model, config.d_model)
         self.proj = nn.Linear(config.d_model, config.d_model)
         self.ln_2 = nn.LayerNorm(config.d_model)
         self.mlp = nn.Sequential(
@@ -47,10 +52,14 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, cache: decoder.KVCache | None, positions: torch.Tensor | None) -> torch.Tensor:
-        batch, seq, dim = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(dim, dim=2)
-        q, k, v = (t.view(batch, seq, self.n_head, dim // self.n_head).transpose(1, 2) for t in (q, k, v))
-        attended = decoder.attention(q, k, v, cache, self.layer, positions).transpose(1, 2).reshape(batch, seq, dim)
+        batch, seq, _ = x.shape
+        normed = self.ln_1(x)
+        # -1 heads: a tensor-parallel rank holds n_head / tp of them (its share of q, k, v)
+        q, k, v = (
+            projection(normed).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+            for projection in (self.q, self.k, self.v)
+        )
+        attended = decoder.attention(q, k, v, cache, self.layer, positions).transpose(1, 2).reshape(batch, seq, -1)
         x = x + self.proj(attended)
         return x + self.mlp(self.ln_2(x))
 
@@ -94,4 +103,15 @@ WORKLOAD = decoder.decoder_workload(
     default_shape={"cpu": Shape(4, 128), "cuda": Shape(8, 1024), "tpu": Shape(8, 1024)},
     build_model=GPT2,
     published=PUBLISHED,
+    parallel=decoder.decoder_plan(
+        tp={
+            "blocks.*.q": "colwise",
+            "blocks.*.k": "colwise",
+            "blocks.*.v": "colwise",
+            "blocks.*.proj": "rowwise",
+            "blocks.*.mlp.0": "colwise",
+            "blocks.*.mlp.2": "rowwise",
+        },
+        tp_divides=("n_head", "d_ff"),
+    ),
 )

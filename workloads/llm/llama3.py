@@ -51,7 +51,7 @@ class Attention(nn.Module):
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
         self.layer = layer
-        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.head_dim
+        self.head_dim = config.head_dim
         self.q = nn.Linear(config.d_model, config.n_head * config.head_dim, bias=False)
         self.k = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
         self.v = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
@@ -66,9 +66,10 @@ class Attention(nn.Module):
         positions: torch.Tensor | None,
     ) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.q(x).view(batch, seq, self.n_head, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
-        v = self.v(x).view(batch, seq, self.n_kv_head, self.head_dim).transpose(1, 2)
+        # -1 heads: a tensor-parallel rank holds n_head / tp query and n_kv_head / tp KV heads
+        q, k, v = (
+            projection(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for projection in (self.q, self.k, self.v)
+        )
         attended = decoder.attention(rotate(q, cos, sin), rotate(k, cos, sin), v, cache, self.layer, positions)
         return self.o(attended.transpose(1, 2).reshape(batch, seq, -1))
 
@@ -143,4 +144,16 @@ WORKLOAD = decoder.decoder_workload(
     build_model=Llama3,
     published=PUBLISHED,
     size_suites={"8b": ("mlperf",)},  # MLPerf Training llama3.1_8b and Inference llama3.1-8b
+    parallel=decoder.decoder_plan(
+        tp={
+            "blocks.*.attention.q": "colwise",
+            "blocks.*.attention.k": "colwise",
+            "blocks.*.attention.v": "colwise",
+            "blocks.*.attention.o": "rowwise",
+            "blocks.*.ffn.gate": "colwise",
+            "blocks.*.ffn.up": "colwise",
+            "blocks.*.ffn.down": "rowwise",
+        },
+        tp_divides=("n_head", "kv_heads", "d_ff"),
+    ),
 )

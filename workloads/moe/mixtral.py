@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import GENERATION_MODES, MODES, Batch, Generation, Published, Shape, Workload
+from workloads.base import GENERATION_MODES, MODES, Batch, Generation, ParallelPlan, Published, Shape, Workload
 from workloads.llm import decoder, llama3
 from workloads.llm.decoder import DecoderConfig
 
@@ -283,6 +283,7 @@ def estimate_memory_bytes(config: MoEConfig, shape: Shape, mode: str, dtype: tor
 
 
 WORKLOAD = Workload(
+    parallel=ParallelPlan(fsdp_units=("blocks.*",)),  # FSDP units; no tensor-parallel plan
     name="mixtral",
     suites=("moe",),
     family="mixtral",

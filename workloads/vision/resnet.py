@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, ParallelPlan, Published, Shape, Workload
 from workloads.vision.common import classification_loss, conv_flops, logits, make_images
 
 
@@ -180,6 +180,8 @@ def estimate_memory_bytes(config: ResNetConfig, shape: Shape, mode: str, dtype: 
 
 
 WORKLOAD = Workload(
+    # FSDP units: each residual block; no tensor-parallel plan
+    parallel=ParallelPlan(fsdp_units=("layer1.*", "layer2.*", "layer3.*", "layer4.*")),
     name="resnet",
     suites=("vision",),
     family="cnn",

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, ParallelPlan, Published, Shape, Workload
 from workloads.vision.common import classification_loss, logits, make_images
 
 
@@ -150,6 +150,7 @@ def estimate_memory_bytes(config: ViTConfig, shape: Shape, mode: str, dtype: tor
 
 
 WORKLOAD = Workload(
+    parallel=ParallelPlan(fsdp_units=("blocks.*",)),  # FSDP units; no tensor-parallel plan
     name="vit",
     suites=("vision",),
     family="vit",

@@ -1,0 +1,44 @@
+"""One rank of a multi-device run: ``python -m tpubench.parallel.rank --channel-fd N``.
+
+Started by :mod:`tpubench.parallel.ranks` with torchrun's variables and ``TPUBENCH_RANK``
+set, the run's request as stdin's first line; stdin then stays open as the lifeline (the
+rank dies with its launcher). It measures with the worker's own ``measure()``, which
+sees it is a rank (:func:`tpubench.parallel.ranks_env`) and splits the model over the
+run's process group, and sends its result stamped with the time it was sent, so that the
+launcher can tell the rank that failed first from the peers its failure took down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+from tpubench import worker
+from tpubench.parallel import dtensor
+from tpubench.spec import RunSpec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--channel-fd", type=int, required=True)
+    args = parser.parse_args()
+    request = json.loads(sys.stdin.buffer.readline())
+    worker.watch_parent(sys.stdin.fileno(), None)
+    channel = worker.Channel(args.channel_fd)
+    spec = RunSpec.from_json(request["spec"])
+    try:
+        result = worker.measure(spec, channel)
+    except Exception as error:
+        traceback.print_exc()
+        status = "oom" if worker._is_oom(error) else "failed"
+        result = {"status": status, "error": f"{type(error).__name__}: {error}"}
+    channel.send("result", result=result, at=time.monotonic())
+    if result["status"] == "ok":  # after a failure a peer may be gone: the launcher kills the rest
+        dtensor.finish()
+
+
+if __name__ == "__main__":
+    main()

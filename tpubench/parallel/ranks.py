@@ -1,0 +1,374 @@
+"""A multi-device run of a process family: N rank processes, and their rows merged into one.
+
+The run's worker becomes a launcher (:func:`measure_ranks`): it starts N fresh interpreters
+(:mod:`tpubench.parallel.rank`; fresh, not forked: CUDA cannot be forked once initialised
+and TorchTPU not at all) with torchrun's variables, and each rank runs the worker's own
+``measure()`` on its device. The ranks stay in the worker's process group, so the
+runner's kill on a timeout takes them all, and each holds a lifeline pipe from the worker,
+so they die with it. Rank 0's phase events are the run's progress; every rank's result
+comes back over its own pipe.
+
+A rank that fails or dies takes the others down at once (they would wait in a collective
+until their timeout): the row is that rank's ``failed``/``oom``/``crashed``, with
+``failed_rank`` and its output's tail.
+
+The merged row is the job's: per step, the slowest rank's time (the job moves at the pace
+of its slowest rank); every rank's samples in the steps table (``rank``); how far the
+ranks' medians spread (``rank_skew_pct``); the largest and smallest rank's peak memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tpubench import worker
+from tpubench.backends import get_backend
+from tpubench.measure import Measurement, StepRecord
+from tpubench.parallel import family
+from tpubench.serving import GenerationTiming
+from tpubench.spec import RunSpec
+
+#: lines of a failed rank's output the row keeps (the runner's worker-log tail is 40)
+TAIL_LINES = 36
+#: how long ranks that all sent their results may take to exit before they are killed
+EXIT_GRACE_S = 10.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for the rendezvous store."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
+    """torchrun's variables for one rank of a one-host run, and tpubench's mark
+    (``TPUBENCH_RANK``: :func:`tpubench.parallel.ranks_env`). gloo talks over loopback
+    only: without ``GLOO_SOCKET_IFNAME`` it resolves the host name's interface."""
+    return {
+        "TPUBENCH_RANK": "1",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+
+
+def family_env(spec: RunSpec) -> dict[str, str]:
+    """What every rank of this family needs besides torchrun's variables: on the host's CPUs
+    each rank's share of its cores (torchrun's one thread would leave cores idle, torch's
+    default of all of them oversubscribes them N times); TorchTPU's launch environment
+    (slice-builder addresses, topology), decided once for all ranks."""
+    if family(spec.backend) == "cpu":
+        return {
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // spec.devices))
+        }
+    if family(spec.backend) != "tpu":
+        return {}
+    from tpubench.parallel import torchtpu_env
+
+    availability = get_backend(spec.backend).availability()  # the PCI bus: no chip is opened
+    chip = availability.device_name or None
+    return torchtpu_env.launch_env(
+        os.environ, spec.devices, chip=chip, host_devices=availability.device_count, pick_port=free_port
+    )
+
+
+@dataclass
+class Rank:
+    """One started rank: its process, the read end of its channel, and what it said."""
+
+    index: int
+    process: subprocess.Popen
+    channel: int
+    log: Path | None  # its output, when not the worker's own (rank 0 writes to the worker's log)
+    buffer: bytes = b""
+    result: dict[str, Any] | None = None
+    result_at: float = 0.0  # time.monotonic() when the rank sent it (one clock for all processes)
+    closed: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def take(self, chunk: bytes) -> None:
+        """Add what the channel delivered; complete lines become events."""
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            event = json.loads(line)
+            if event["event"] == "result":
+                self.result, self.result_at = event["result"], event["at"]
+            else:
+                self.events.append(event)
+
+    def tail(self) -> str:
+        if self.log is None or not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-TAIL_LINES:])
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+
+
+def start_rank(spec: RunSpec, index: int, port: int, env: dict[str, str], scratch: str) -> Rank:
+    """Start rank ``index``: the request on its stdin's first line, stdin then its lifeline."""
+    rank_spec = spec
+    if spec.trace_dir:  # each rank traces its own steps, side by side in the run's trace folder
+        rank_spec = replace(spec, trace_dir=os.path.join(spec.trace_dir, f"rank{index}"))
+    read_fd, write_fd = os.pipe()
+    log = None if index == 0 else Path(scratch) / f"rank{index}.log"
+    output = None if log is None else open(log, "wb")  # noqa: SIM115 (closed once the child holds it)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tpubench.parallel.rank", "--channel-fd", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            pass_fds=(write_fd,),
+            env={**os.environ, **env, **rank_env(index, spec.devices, port)},
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+        if output:
+            output.close()
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # a rank that died at once: its exit status says why
+        process.stdin.write(json.dumps({"spec": rank_spec.to_json()}).encode() + b"\n")
+        process.stdin.flush()
+    return Rank(index, process, read_fd, log)
+
+
+def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
+    """Run ``spec`` as N ranks and return the job's row (or the failing rank's)."""
+    with tempfile.TemporaryDirectory(prefix="tpubench-ranks-") as scratch:
+        env, port = family_env(spec), free_port()
+        ranks: list[Rank] = []
+        try:
+            for index in range(spec.devices):
+                ranks.append(start_rank(spec, index, port, env, scratch))
+            failure = follow(ranks, channel)
+            if failure is not None:
+                return failure
+            notes = wait_for_exit(ranks)
+        finally:
+            for rank in ranks:
+                rank.kill()
+                rank.process.wait()
+                if rank.process.stdin:
+                    rank.process.stdin.close()
+                os.close(rank.channel)
+    row = merge(spec, [rank.result for rank in ranks])  # type: ignore[misc]
+    if notes:
+        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *notes]))
+    return row
+
+
+def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:
+    """Read every rank's channel until all have sent their results; forward rank 0's
+    progress. Returns the failed row as soon as one rank fails or dies (None: all ok)."""
+    with selectors.DefaultSelector() as selector:
+        for rank in ranks:
+            selector.register(rank.channel, selectors.EVENT_READ, rank)
+        while any(rank.result is None for rank in ranks):
+            events = selector.select(timeout=1.0)
+            for rank in ranks:  # a rank whose channel a forked grandchild still holds open
+                if not events and not rank.closed and rank.result is None and rank.process.poll() is not None:
+                    rank.closed = True
+                    selector.unregister(rank.channel)
+            for key, _ in events:
+                rank = key.data
+                chunk = os.read(rank.channel, 65536)
+                if not chunk:
+                    rank.closed = True
+                    selector.unregister(rank.channel)
+                    rank.process.wait()  # the channel closes when the rank exits
+                    continue
+                rank.take(chunk)
+                if rank.index == 0:
+                    for event in rank.events:
+                        channel.send(event.pop("event"), **event)
+                rank.events.clear()
+            if (failure := first_failure(ranks)) is not None:
+                return failure
+    return None
+
+
+def first_failure(ranks: list[Rank]) -> dict[str, Any] | None:
+    """The row of the rank whose failure started it, if any rank failed: a rank that died
+    (a peer's failure makes the others raise, never die), else the one that raised first
+    (its peers' errors, lost connections and timeouts, come after it). Kills the others."""
+    died = [rank for rank in ranks if rank.closed and rank.result is None]
+    raised = sorted((r for r in ranks if r.result and r.result.get("status") != "ok"), key=lambda r: r.result_at)
+    if not died and not raised:
+        return None
+    for rank in ranks:
+        rank.kill()
+    if died:
+        rank = died[0]
+        code = rank.process.returncode
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code} and no result"
+        row = {"status": "crashed", "error": f"rank {rank.index} {how}"}
+    else:
+        rank = raised[0]
+        assert rank.result is not None
+        row = dict(rank.result)
+        if row["status"] in ("skipped", "unavailable"):  # every rank says the same: not a rank's fault
+            return row
+        row["error"] = f"rank {rank.index}: {row.get('error')}"
+    # the runner keeps the tail of the worker's log for failed rows: the failed rank's output
+    # goes there (rank 0 writes to that log itself)
+    if tail := rank.tail():
+        print(f"--- rank {rank.index}'s output (last {TAIL_LINES} lines) ---\n{tail}", file=sys.stderr, flush=True)
+    return {**row, "failed_rank": rank.index}
+
+
+def wait_for_exit(ranks: list[Rank]) -> list[str]:
+    """Let ranks that sent their results exit; notes for any that had to be killed."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    notes = []
+    for rank in ranks:
+        try:
+            rank.process.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            rank.kill()
+            notes.append(f"rank {rank.index} sent its result but had not exited {EXIT_GRACE_S:g} s later; killed")
+    return notes
+
+
+def any_rank(changed: bool) -> bool:
+    """Whether ``changed`` holds on any rank (``run_protocol``'s ``agree``): all ranks then
+    take another warm-up step together. Every rank calls it at the same point."""
+    flag = torch.tensor([int(changed)], device=collective_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def collective_device() -> torch.device:
+    """Where the default group's collectives take their tensors: the rank's GPU for nccl,
+    its accelerator for TorchTPU, the host for gloo."""
+    name = dist.get_backend()
+    if name == "gloo":
+        return torch.device("cpu")
+    if name == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    accelerator = torch.accelerator.current_accelerator()
+    return accelerator if accelerator is not None else torch.device("cpu")
+
+
+# --- the merge -------------------------------------------------------------------------
+
+
+def merge(spec: RunSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's row from its ranks' rows (all ``ok``): rank 0's columns (identity, trace,
+    ops, compiles), with the timing, throughput and serving columns computed again from
+    the per-step slowest rank, and the per-rank figures."""
+    base = dict(results[0])
+    records = slowest_records(results)
+    measured = merged_measurement(results, records)
+    row = base | worker.timing_columns(measured)
+    row["host_load_1m"], row["host_other_cpu_share"] = base.get("host_load_1m"), base.get("host_other_cpu_share")
+
+    workload = worker.workload_for(spec)
+    config = workload.config(spec.size)
+    identity = {key: base.get(key) for key in (*worker.IDENTITY_COLUMNS, *worker.FLOPS_SOURCE)}
+    metrics = json.loads(base.get("backend_metrics") or "{}")
+    device = (base.get("device") or "", get_backend(spec.backend).device_kind)
+    precision = metrics.get("float32_matmul_precision", "highest")
+    row |= worker.throughput_columns(spec, workload, config, device, row["median_step_ms"], precision, identity)
+    if spec.mode in ("prefill", "decode"):
+        row |= merged_serving(spec, workload, config, device, results, records)
+
+    medians = [float(np.median([s["step_ms"] for s in r["steps"] if s["phase"] == "measure"])) for r in results]
+    peaks = [r["peak_mem_bytes"] for r in results if r.get("peak_mem_bytes") is not None]
+    metrics["rank_median_step_ms"] = medians
+    notes = dict.fromkeys(line for r in results for line in (r.get("warnings") or "").splitlines())
+    return {
+        **row,
+        "rank_skew_pct": (max(medians) - min(medians)) / float(np.median(medians)) * 100,
+        "peak_mem_bytes": max(peaks) if peaks else None,
+        "peak_mem_bytes_min": min(peaks) if peaks else None,
+        "backend_metrics": json.dumps(metrics, sort_keys=True),
+        "warnings": "\n".join(notes) or None,
+        "steps": [{**step, "rank": index} for index, r in enumerate(results) for step in r["steps"]],
+    }
+
+
+STEP_FIELDS = [f.name for f in fields(StepRecord)]
+
+
+def slowest_records(results: list[dict[str, Any]]) -> list[StepRecord]:
+    """Per step, the job's record: the slowest rank's time (device and host), the most any
+    rank had compiled; rank 0's XLA counters."""
+    merged = []
+    for rows in zip(*(r["steps"] for r in results), strict=True):
+        record = StepRecord(**{name: rows[0][name] for name in STEP_FIELDS})
+        record.step_ms = max(row["step_ms"] for row in rows)
+        record.host_ms = max(row["host_ms"] for row in rows)
+        record.compile_count = largest(row["compile_count"] for row in rows)
+        record.compile_s = largest(row["compile_s"] for row in rows)
+        merged.append(record)
+    return merged
+
+
+def largest(values: Any) -> Any:
+    """The largest of the values that are known; None if none is."""
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
+
+
+def merged_measurement(results: list[dict[str, Any]], records: list[StepRecord]) -> Measurement:
+    """The protocol's outcome for the job: the merged steps, and the most any rank compiled
+    (the ranks warmed up together, so their step counts agree)."""
+    return Measurement(
+        first_step_s=records[0].step_ms / 1e3,
+        first_step_compiles=largest(r.get("first_step_compiles") for r in results),
+        warmup_steps=results[0]["warmup_steps"],
+        compile_count=largest(r.get("compile_count") for r in results),
+        recompiles_after_warmup=largest(r.get("recompiles_after_warmup") for r in results),
+        compile_s=largest(r.get("compile_s") for r in results),
+        warmup_settled=True,  # a rank that did not settle said so in its warnings, kept
+        records=records,
+    )
+
+
+def merged_serving(
+    spec: RunSpec,
+    workload: Any,
+    config: Any,
+    device: tuple[str, str],
+    results: list[dict[str, Any]],
+    records: list[StepRecord],
+) -> dict[str, Any]:
+    """Serving columns of the job: each generation's TTFT is the slowest rank's and its end
+    to end the merged step; inter-token latencies (not in the steps rows) the largest
+    percentile any rank had."""
+    if spec.mode == "prefill":
+        timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in records]
+    else:
+        ttfts = [max(row["ttft_ms"] for row in rows) for rows in zip(*(r["steps"] for r in results), strict=True)]
+        timings = [GenerationTiming(ttft_ms=t, e2e_ms=r.step_ms) for t, r in zip(ttfts, records, strict=True)]
+    columns = worker.serving_columns(workload, config, spec, device, timings[-spec.steps :])
+    for key in [key for key in columns if key.startswith("itl_")]:
+        columns[key] = largest(r.get(key) for r in results)
+    return columns
