@@ -179,8 +179,8 @@ def test_xla_decode_gives_the_cpu_tokens_and_compiles_nothing_new_after_the_firs
 
 
 def test_verify_xla_against_the_cpu_reference(results_dir: Path, xla_python: str) -> None:
-    """Also the tied LM head: ``Module.to`` gave it a matrix of its own on xla (29 parameters,
-    1,052,160 elements, against 28 and 790,016 on the CPU), training updated two matrices and
+    """Also the tied LM head: ``Module.to`` gave it a matrix of its own on xla (one parameter
+    more, 1,052,160 elements against 790,016 on the CPU), training updated two matrices and
     the losses drifted from the second step. The row counts what the CPU build has, and
     --verify compares three steps' losses and the count."""
     row = run_xla(results_dir, xla_python, mode="train", verify=True)

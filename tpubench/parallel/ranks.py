@@ -298,6 +298,10 @@ def merge(spec: RunSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
     row |= worker.throughput_columns(spec, workload, config, device, row["median_step_ms"], precision, identity)
     if spec.mode in ("prefill", "decode"):
         row |= merged_serving(spec, workload, config, device, results, records)
+    row |= worker.per_device_columns(row, spec.devices)
+    for share, ms in (("collective_share", "collective_ms"), ("exposed_collective_share", "exposed_collective_ms")):
+        if base.get(ms) is not None:  # rank 0's time in collectives, as a share of the job's step
+            row[share] = base[ms] / row["median_step_ms"]
 
     medians = [float(np.median([s["step_ms"] for s in r["steps"] if s["phase"] == "measure"])) for r in results]
     peaks = [r["peak_mem_bytes"] for r in results if r.get("peak_mem_bytes") is not None]

@@ -27,7 +27,6 @@ The mesh is ``(dp, tp)`` with axes ``("fsdp", "tp")``, one layout for every plan
 
 from __future__ import annotations
 
-import fnmatch
 from typing import TYPE_CHECKING
 
 from tpubench.parallel import layout_of
@@ -71,7 +70,7 @@ def tp_styles(model: nn.Module, plan: ParallelPlan) -> dict[str, str]:
     for pattern, style in plan.tp.items():
         if style not in ("colwise", "rowwise"):
             raise ValueError(f"tensor-parallel style {style!r} for {pattern!r}; valid: colwise, rowwise")
-        matched = [name for name in modules if fnmatch.fnmatchcase(name, pattern)]
+        matched = [name for name in modules if plan.matches(name, pattern)]
         if not matched:
             raise ValueError(f"the parallel plan's {pattern!r} names no module of {type(model).__name__}")
         for name in matched:
