@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from parallel_workloads import WORKLOADS
 from test_tpu_detection import add_pci_device, v7_host
 
 from tpubench.backends.base import Availability
@@ -29,10 +28,11 @@ from tpubench.parallel.spmd import input_spec, mesh_shape, partition_specs
 from tpubench.runner import Executor, SuiteRunner, plan
 from tpubench.spec import RunSpec
 from tpubench.zygote import Zygote
-from workloads import ParallelPlan, build
+from workloads import ParallelPlan, build, get_workload
 
 TESTS_DIR = Path(__file__).resolve().parent
-PLANNED = {workload.name: workload for workload in WORKLOADS}
+#: the workloads with a tensor-parallel plan (their own, as every backend uses it)
+PLANNED = ("gpt2", "llama3")
 
 
 def spec(parallel: str, devices: int, tp: int = 1) -> RunSpec:
@@ -42,7 +42,7 @@ def spec(parallel: str, devices: int, tp: int = 1) -> RunSpec:
 
 
 def gpt2_specs(parallel: str, dp: int, tp: int) -> dict:
-    instance = build(PLANNED["gpt2-planned"], "tiny", batch_size=4, seq_len=32)
+    instance = build(get_workload("gpt2"), "tiny", batch_size=4, seq_len=32)
     return partition_specs(instance.model, instance.workload.parallel, parallel, dp, tp)
 
 
@@ -55,7 +55,7 @@ def test_each_plan_has_its_mesh() -> None:
 def test_dp_replicates_every_weight_and_fsdp_shards_every_parameter_once() -> None:
     assert gpt2_specs("dp", 2, 1) == {}
     fsdp = gpt2_specs("fsdp", 2, 1)
-    model = build(PLANNED["gpt2-planned"], "tiny").model
+    model = build(get_workload("gpt2"), "tiny").model
     assert set(fsdp) == {name for name, _ in model.named_parameters()}  # units and root: all of them
     assert "lm_head.weight" not in fsdp  # tied to the token embedding: one parameter, annotated once
     assert fsdp["token_embedding.weight"] == ("fsdp", None) and fsdp["blocks.0.ln_1.bias"] == ("fsdp",)
@@ -65,23 +65,23 @@ def test_dp_replicates_every_weight_and_fsdp_shards_every_parameter_once() -> No
 
 def test_tp_splits_the_plans_linears_megatron_style() -> None:
     tp = gpt2_specs("tp", 1, 2)
-    assert tp["blocks.1.qkv.weight"] == tp["blocks.1.mlp.0.weight"] == ("tp", None)  # colwise: output features
-    assert tp["blocks.1.qkv.bias"] == ("tp",)
+    assert tp["blocks.1.q.weight"] == tp["blocks.1.mlp.0.weight"] == ("tp", None)  # colwise: output features
+    assert tp["blocks.1.q.bias"] == ("tp",)
     assert tp["blocks.1.proj.weight"] == tp["blocks.1.mlp.2.weight"] == (None, "tp")  # rowwise: input features
     assert "blocks.1.proj.bias" not in tp and "token_embedding.weight" not in tp  # added after the reduction
     two_d = gpt2_specs("fsdp_tp", 2, 2)
-    assert two_d["blocks.0.qkv.weight"] == ("tp", "fsdp") and two_d["blocks.0.proj.weight"] == ("fsdp", "tp")
+    assert two_d["blocks.0.q.weight"] == ("tp", "fsdp") and two_d["blocks.0.proj.weight"] == ("fsdp", "tp")
     assert two_d["blocks.0.proj.bias"] == two_d["ln_f.weight"] == ("fsdp",)  # the rest: fsdp alone
 
 
 def test_a_plan_that_does_not_fit_the_model_is_an_error_not_a_replicated_run() -> None:
-    model = build(PLANNED["gpt2-planned"], "tiny").model
+    model = build(get_workload("gpt2"), "tiny").model
     with pytest.raises(ValueError, match=r"'blocks\.\*\.attention\.q' names no module"):
         partition_specs(model, ParallelPlan(tp={"blocks.*.attention.q": "colwise"}), "tp", 1, 2)
     with pytest.raises(ValueError, match=r"names blocks\.0\.ln_1, a LayerNorm"):
         partition_specs(model, ParallelPlan(tp={"blocks.*.ln_1": "colwise"}), "tp", 1, 2)
     with pytest.raises(ValueError, match="valid: colwise, rowwise"):
-        partition_specs(model, ParallelPlan(tp={"blocks.*.qkv": "diagonal"}), "tp", 1, 2)
+        partition_specs(model, ParallelPlan(tp={"blocks.*.q": "diagonal"}), "tp", 1, 2)
     with pytest.raises(ValueError, match="needs the workload's tensor-parallel plan"):
         partition_specs(model, None, "fsdp_tp", 1, 2)
 
@@ -143,7 +143,6 @@ def spmd_outputs(python: str, workload: str, parallel: str, devices: int, tp: in
         "PJRT_DEVICE": "CPU",
         "CPU_NUM_DEVICES": str(devices),
         "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text",
-        "TPUBENCH_WORKLOAD_MODULES": "parallel_workloads",
         "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(ROOT)]),
     }
     result = subprocess.run(
@@ -191,8 +190,8 @@ def assert_same_losses(found: list[float], expected: list[float]) -> None:
 def test_fsdp_over_two_devices_gives_the_one_device_losses_with_gathers_and_reductions(
     xla_python: str, tmp_path: Path, one_device: dict
 ) -> None:
-    found = spmd_outputs(xla_python, "gpt2-planned", "fsdp", 2, 1, tmp_path / "fsdp2")
-    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2-planned", tmp_path)["losses"])
+    found = spmd_outputs(xla_python, "gpt2", "fsdp", 2, 1, tmp_path / "fsdp2")
+    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2", tmp_path)["losses"])
     assert found["shardings"]["blocks.0.mlp.0.weight"] == "{devices=[2,1]0,1}"
     assert {"all-gather", "all-reduce"} <= collectives(tmp_path / "fsdp2")  # weights gathered, gradients reduced
 
@@ -203,7 +202,7 @@ EXPECTED = {"dp": {"all-reduce"}, "fsdp": {"all-gather", "all-reduce"}, "tp": {"
 
 
 @pytest.mark.nightly
-@pytest.mark.parametrize("workload", sorted(PLANNED))
+@pytest.mark.parametrize("workload", PLANNED)
 @pytest.mark.parametrize("devices", [2, 4])
 @pytest.mark.parametrize("parallel", ["dp", "fsdp", "tp", "fsdp_tp"])
 def test_every_plan_over_n_devices_gives_the_one_device_losses(
@@ -221,14 +220,14 @@ def test_xla_compile_runs_the_2d_plan_with_the_one_device_losses(
     xla_python: str, tmp_path: Path, one_device: dict
 ) -> None:
     """Dynamo's openxla bridge keeps the shardings marked on the parameters and the batch."""
-    found = spmd_outputs(xla_python, "gpt2-planned", "fsdp_tp", 4, 2, tmp_path / "n", "--backend", "xla-compile")
-    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2-planned", tmp_path)["losses"])
-    assert found["shardings"]["blocks.0.qkv.weight"] == "{devices=[2,2]0,2,1,3}"  # dim 0 on tp, dim 1 on fsdp
+    found = spmd_outputs(xla_python, "gpt2", "fsdp_tp", 4, 2, tmp_path / "n", "--backend", "xla-compile")
+    assert_same_losses(found["losses"], baseline(one_device, xla_python, "gpt2", tmp_path)["losses"])
+    assert found["shardings"]["blocks.0.q.weight"] == "{devices=[2,2]0,2,1,3}"  # dim 0 on tp, dim 1 on fsdp
     assert {"all-gather", "all-reduce"} <= collectives(tmp_path / "n")
 
 
 @pytest.mark.nightly
-@pytest.mark.parametrize("workload", sorted(PLANNED))
+@pytest.mark.parametrize("workload", PLANNED)
 def test_tensor_parallel_decoding_gives_the_one_device_tokens(
     xla_python: str, tmp_path: Path, one_device: dict, workload: str
 ) -> None:
