@@ -1,12 +1,13 @@
 """The multi-device GPU check, for a lent NVIDIA machine (issue 27): NCCL under FSDP2 through
 tpubench's trace readers.
 
-One GPU is enough: torchrun starts one rank per GPU, which initialises NCCL, shards gpt2/124m
-with FSDP2 (``fully_shard`` per block, then the root; the workload's ``ParallelPlan`` units
-where it has one), traces a few training steps with torch.profiler (CPU and CUDA, shapes
-recorded, as ``tpubench run --profile`` does), and reads rank 0's trace back through
-:func:`tpubench.traces.ingest` and :func:`tpubench.traces.collectives.columns`. It prints,
-and writes to ``--out`` as ``summary.json`` with the trace gzipped:
+One GPU is enough: torchrun starts one rank per GPU, which initialises NCCL, shards
+gpt2/124m with FSDP2 as tpubench's fsdp plan does (:func:`tpubench.parallel.dtensor.fully_shard`:
+each unit of the workload's ``ParallelPlan``, then the root), traces a few training steps with
+torch.profiler (CPU and CUDA, shapes recorded, as ``tpubench run --profile`` does), and
+reads rank 0's trace back through :func:`tpubench.traces.ingest` and
+:func:`tpubench.traces.collectives.columns`. It prints, and writes to ``--out`` as
+``summary.json`` with the trace gzipped:
 
 - every NCCL kernel row and its category, which must be ``collective`` (the check fails if
   one is not);
@@ -25,7 +26,6 @@ Written for the device machine; it cannot run on a host without a GPU.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import gzip
 import json
 import os
@@ -40,27 +40,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # as the tpubench c
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: module names FSDP2 shards one by one when the workload has no plan (gpt2's blocks)
-DEFAULT_UNITS = ("blocks.*",)
 NO_NCCL_KERNEL = 3
-
-
-def shard(model, plan) -> list[str]:
-    """FSDP2 as tpubench's fsdp plan says: each unit (top-level matches of the plan's globs),
-    then the root. Returns the units' names."""
-    from torch.distributed.fsdp import fully_shard
-
-    patterns = tuple(plan.fsdp_units) if plan is not None and plan.fsdp_units else DEFAULT_UNITS
-    units = [
-        name
-        for name, _ in model.named_modules()
-        if name and any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-    ]
-    units = [name for name in units if not any(name.startswith(other + ".") for other in units)]
-    for name in units:
-        fully_shard(model.get_submodule(name))
-    fully_shard(model)
-    return units
 
 
 def main() -> int:
@@ -76,9 +56,11 @@ def main() -> int:
 
     import torch
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.profiler import ProfilerActivity, profile
 
     from tpubench.measure import make_step
+    from tpubench.parallel.dtensor import fully_shard
     from tpubench.traces import ingest
     from tpubench.traces.collectives import columns
     from workloads import get_workload
@@ -92,7 +74,9 @@ def main() -> int:
     shape = Shape(args.batch_per_rank, seq_len=args.seq_len)  # this rank's slice of the global batch
     torch.manual_seed(rank)
     instance = build(workload, args.size, device=f"cuda:{local_rank}", dtype=torch.bfloat16, shape=shape)
-    units = shard(instance.model, getattr(workload, "parallel", None))
+    # FSDP2 as tpubench's fsdp plan applies it: each of the plan's units, then the root
+    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("dp",))
+    fully_shard(instance.model, workload.parallel, mesh)
     step = make_step(instance, instance.model, "train")
     for _ in range(3):
         step()
@@ -125,7 +109,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(local_rank),
         "torch": torch.__version__,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-        "fsdp_units": len(units),
+        "fsdp_units": len(plan.modules(instance.model, plan.fsdp_units)) if (plan := workload.parallel) else 0,
         "median_step_ms": step_ms,
         "nccl_kernels": [
             {key: row.get(key) for key in ("op", "category", "calls", "self_us_per_step", "comm_bytes", "busbw_gbps")}
