@@ -41,14 +41,16 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A failed run, a decode sweep, then two nights of profiled train and infer runs (with an
-    unavailable cuda backend asked for by name); oldest first, so the second night is the latest."""
+    """A failed run, a decode sweep, a data-parallel sweep over 1 and 2 (simulated) devices,
+    then two nights of profiled train and infer runs (with an unavailable cuda backend asked
+    for by name); oldest first, so the second night is the latest."""
     path = tmp_path_factory.mktemp("dashboard") / "results"
     faults = {"TPUBENCH_WORKLOAD_MODULES": "fault_workloads", "PYTHONPATH": str(ROOT / "tests")}
     night = f"{TINY} --backend cuda --mode infer --mode train --batch-size 2 --seq-len 32 --profile --profile-steps 2"
     lines = [
         ("--workload fault-raise --backend cpu --mode infer --steps 1", faults),
         (f"{TINY} --mode decode --batch-size 1,2 --prompt-len 16,32 --gen-len 4", None),
+        (f"{TINY} --mode train --batch-size 2 --seq-len 32 --devices 1,2 --parallel dp", None),
         (f"{night} --tag night=1", None),
         (f"{night} --tag night=2", None),
     ]
@@ -308,9 +310,27 @@ def test_run_details_of_an_ok_run_show_its_step_times(serve, results: Path) -> N
     # issue 23: raw floats and byte counts (103.67955499987147, 459210752) are formatted
     measured = frames(app)[1].set_index("field")["value"]
     assert measured["peak_mem_bytes"].endswith(" MiB") and measured["estimated_mem_bytes"].endswith(("MiB", "GiB"))
-    assert not measured.str.fullmatch(r"-?\d+\.\d{5,}").any(), measured
+    # more than four significant figures (0.01811 has four)
+    raw = measured[measured.str.fullmatch(r"-?(?:[1-9][\d,]*\.\d{5,}|0\.0*[1-9]\d{4,})")]
+    assert raw.empty, raw.to_dict()
     assert not measured.str.fullmatch(r"\d{5,}").any(), measured  # counts have thousands separators
     assert measured["host_other_cpu_share"].endswith("%")
+
+
+def test_run_details_of_a_multi_device_run_show_its_layout(serve, results: Path) -> None:
+    runs = runs_of(results)
+    two = runs.loc[runs["devices"] == 2, "run_id"].iloc[-1]
+    app = serve(results, "Run details", run=two)
+    config = frames(app)[0].set_index("field")["value"]
+    assert (config["parallel"], config["mesh"], config["comm_backend"], config["simulated"]) == (
+        "dp",
+        "dp=2",
+        "gloo",
+        "True",
+    )
+    assert (config["global_batch_size"], config["per_device_batch_size"]) == ("4", "2")  # weak: 2 per rank
+    measured = frames(app)[1].set_index("field")["value"]
+    assert measured["rank_skew_pct"] and measured["tokens_per_s_per_device"]
 
 
 def test_overview_marks_runs_measured_on_a_busy_host(serve, results: Path, tmp_path: Path) -> None:
@@ -516,8 +536,8 @@ def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path, P
                 page.goto(f"{base}{path}?backend=cpu" if info.title != "Run details" else f"{base}{path}")
                 page.wait_for_selector("[data-testid=stApp][data-test-script-state=notRunning]", timeout=120_000)
                 page.get_by_role("heading", name=info.title, exact=True).wait_for()
-                # the newest run may be one that measured nothing; the store has no multi-device runs
-                if info.title not in ("Run details", "Scaling"):
+                # the newest run may be one that measured nothing
+                if info.title != "Run details":
                     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
                 assert page.locator("[data-testid=stException]").count() == 0, info.title
                 if info.title == "Compare":  # the terminal command shows whole (issue 23: it was cut off)

@@ -16,7 +16,8 @@ CONFIG = (
     "run_id", "invocation_id", "started_at", "finished_at", "suite", "workload", "size", "backend", "device", "mode",
     "dtype", "batch_size", "seq_len", "image_size", "latent_size", "gen_len", "warmup_min_steps", "warmup_steps",
     "measured_steps", "tpu_eager_mode", "compile_cache", "profile_steps", "verified", "max_rel_err",
-    "verify_tolerance", "tags",
+    "verify_tolerance", "tags", "devices", "chips", "parallel", "parallel_impl", "mesh", "comm_backend", "scaling",
+    "global_batch_size", "per_device_batch_size", "simulated", "failed_rank",
 )  # fmt: skip
 RESULTS = (
     "median_step_ms", "p10_step_ms", "p90_step_ms", "mean_step_ms", "std_step_ms", "ci_low_step_ms",
@@ -24,6 +25,8 @@ RESULTS = (
     "tpot_p50_ms", "itl_p50_ms", "bandwidth_util", "mfu", "flops_per_step", "flops_source", "attention_flops",
     "first_step_s", "compile_count", "compile_s", "recompiles_after_warmup", "peak_mem_bytes", "estimated_mem_bytes",
     "param_count", "active_param_count", "worker_wall_s", "device_wait_s", "host_load_1m", "host_other_cpu_share",
+    "tokens_per_s_per_device", "samples_per_s_per_device", "collective_ms", "collective_share",
+    "exposed_collective_ms", "exposed_collective_share", "rank_skew_pct", "peak_mem_bytes_min",
 )  # fmt: skip
 ENVIRONMENT = (
     "host", "ray_node_id", "cpu_model", "device_count", "python_executable", "python_version", "torch_version",
@@ -32,7 +35,7 @@ ENVIRONMENT = (
 
 
 #: fields read as a share (shown in percent)
-SHARES = frozenset({"mfu", "bandwidth_util", "host_other_cpu_share"})
+SHARES = frozenset({"mfu", "bandwidth_util", "host_other_cpu_share", "collective_share", "exposed_collective_share"})
 #: what a column's name alone does not say: which tokens a rate counts
 LABELS = {
     "tokens_per_s": "tokens_per_s (decode: output tokens)",
