@@ -175,6 +175,8 @@ def test_too_many_devices_is_unavailable_and_tp_without_a_plan_is_skipped(tmp_pa
         "simulated devices: TPUBENCH_SIMULATED_DEVICES sets how many)"
     )
     assert set(runs["parallel"]) == {"tp"} and list(runs["tp_size"].sort_index()) == [2, 4]
+    # rows that never measured still say how they were laid out
+    assert list(runs["mesh"].sort_index()) == ["tp=2", "tp=4"] and set(runs["comm_backend"]) == {"gloo"}
     assert "[skipped] fault-ok/tiny cpu train tp2: fault-ok has no tensor-parallel plan" in done.stdout
 
 

@@ -25,7 +25,7 @@ from tpubench import devicelock
 from tpubench.backends import get_backend
 from tpubench.backends.base import SIMULATED_DEVICES_ENV
 from tpubench.fingerprint import fingerprint, fingerprint_hash
-from tpubench.parallel import planning
+from tpubench.parallel import planning, spec_columns
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.results_dir import is_remote
 from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
@@ -396,6 +396,7 @@ def row_for(
         "parallel": spec.parallel,
         "tp_size": spec.tp_size,
         "scaling": spec.scaling,
+        **spec_columns(spec),  # the worker's own (chips, simulated) come with its result
         # a user's model, as planned: a run that failed before saying what it measured keeps them
         "model_ref": spec.model_ref,
         "model_hash": spec.model_hash,

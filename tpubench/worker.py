@@ -194,24 +194,18 @@ def tensor_parallel_refusal(spec: RunSpec) -> str | None:
 
 
 def layout_columns(spec: RunSpec, device: tuple[str, str], simulated: bool) -> dict[str, Any]:
-    """How the run is laid out over its devices: chips (a TPU v7 chip is two devices), hosts,
-    what carries the plan out, the mesh, how the devices talk, the global batch and each
-    device's share of it, and whether the devices were only simulated (``simulated``: the
-    backend's :meth:`Backend.simulated_devices`, for a run of more than one device).
+    """How the run is laid out over its devices: the spec's layout (:func:`parallel.spec_columns`),
+    chips (a TPU v7 chip is two devices), and whether the devices were only simulated
+    (``simulated``: the backend's :meth:`Backend.simulated_devices`, for a run of more than
+    one device).
 
     ``device`` is the device's name and kind, which select its chip in :mod:`tpubench.peaks`.
     """
-    layout = parallel.layout_of(spec)
     peak = peaks.lookup(*device)
     per_chip = peak.devices_per_chip if peak else 1
     return {
+        **parallel.spec_columns(spec),
         "chips": -(-spec.devices // per_chip),
-        "hosts": 1,
-        "parallel_impl": parallel.implementation(spec),
-        "mesh": layout.mesh,
-        "comm_backend": parallel.comm_backend(spec),
-        "global_batch_size": spec.batch_size,
-        "per_device_batch_size": spec.batch_size // layout.dp,
         "simulated": spec.devices > 1 and simulated,
     }
 

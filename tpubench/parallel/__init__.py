@@ -82,6 +82,21 @@ def comm_backend(spec: RunSpec) -> str | None:
     return PROCESS_FAMILIES.get(name) or SPMD_FAMILIES.get(name)
 
 
+def spec_columns(spec: RunSpec) -> dict[str, Any]:
+    """The layout columns a run's spec decides (every row has them, one that failed or was
+    refused before measuring too): hosts, what carries the plan out, the mesh, how the
+    devices talk, the global batch and each device's share of it."""
+    layout = layout_of(spec)
+    return {
+        "hosts": 1,
+        "parallel_impl": implementation(spec),
+        "mesh": layout.mesh,
+        "comm_backend": comm_backend(spec),
+        "global_batch_size": spec.batch_size,
+        "per_device_batch_size": spec.batch_size // layout.dp,
+    }
+
+
 def is_multi_process(spec: RunSpec) -> bool:
     """Whether the run's worker launches rank processes (rather than measuring itself)."""
     return spec.devices > 1 and family(spec.backend) in PROCESS_FAMILIES
