@@ -496,3 +496,17 @@ def test_a_recorded_gloo_fsdp2_trace_counts_each_collective_once() -> None:
     assert rows["c10d::_allgather_base_"]["calls"] == 8 and rows["c10d::_allgather_base_"]["devices"] == 2
     sizes = trace_collectives.chrome_comm_sizes(RECORDED)[("aten", "c10d::_allgather_base_")]
     assert sizes.calls == 8 and sizes.bytes == 4 * (8320 + 2064) * 4  # four all-gathers of each unit per 2 steps
+
+
+def test_ops_shares_over_the_step_name_the_overlapping_threads_and_the_union() -> None:
+    """A gloo rank's trace: the worker thread's gloo op and the main thread's wait both count
+    their self time, so the shares pass 100%; the note points at the union (collective_ms)."""
+    from tpubench.analysis import ops as ops_analysis
+
+    rows = pd.DataFrame(
+        {"source": "aten", "op": ["gloo:all_gather", "FSDP::all_gather", "aten::mm"], "self_pct": [40.0, 30.0, 50.0]}
+    )
+    note = ops_analysis.overlapping_threads(rows, {"collective_ms": 12.5, "collective_share": 0.41})
+    assert note.startswith("the shares add up to 120% of the step") and "12.50 ms per step (41.0%" in note
+    assert "counted once" not in ops_analysis.overlapping_threads(rows, {"collective_ms": None})
+    assert ops_analysis.overlapping_threads(rows.iloc[1:], {}) is None  # 80%: one thread's time, as usual

@@ -89,12 +89,17 @@ def main() -> None:
             f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {traced_ms:.2f} ms{per_device}"
         )
     invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
-    median = data.runs(view.results, (invocation,), (run_id,), ("run_id", "median_step_ms")).frame["median_step_ms"]
+    figures = ("run_id", "median_step_ms", "collective_ms", "collective_share")
+    run = data.runs(view.results, (invocation,), (run_id,), figures).frame
+    median = run["median_step_ms"]
     overhead = analysis.profiler_overhead(traced_ms, float(median.iloc[0]) if len(median) else None)
     if overhead:
         st.info(f"Profiler overhead: {overhead}.")
     if unsplit := analysis.unsplit_graphs(ops, source):
         st.warning(unsplit + ".")
+    said = run.iloc[0].astype(object).where(run.iloc[0].notna(), None).to_dict() if len(run) else {}
+    if overlap := analysis.overlapping_threads(ops, said, source):
+        st.info(f"Overlapping threads: {overlap}.")
     ranked = analysis.top_ops(ops, n=top, by=by, source=source)
     left, right = st.columns([3, 2])
     left.plotly_chart(charts.top_ops_bar(ranked), key="ops-top")

@@ -11,6 +11,8 @@ the most device-side source a run has (:data:`SOURCE_PREFERENCE`) unless told ot
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -205,6 +207,28 @@ def profiler_overhead(traced_ms: float | None, median_step_ms: float | None) -> 
         f"a traced step took {traced_ms:,.2f} ms against the run's untraced median of {median_step_ms:,.2f} ms "
         f"(x{ratio:.2f}): {effect}. The times in the table are the traced step's; read its percentages as the "
         "shares of the run's step"
+    )
+
+
+def overlapping_threads(ops: pd.DataFrame, run: dict[str, Any], source: str | None = None) -> str | None:
+    """Why a trace's shares add up to more than its step, when they do: ops on several threads
+    overlap in time (gloo runs each collective on a worker thread while the main thread waits
+    in the c10d op or FSDP's annotation), and each thread's self time counts. The run's
+    ``collective_ms`` is the time in collectives counted once (the union of their intervals,
+    :mod:`tpubench.traces.collectives`). None when the shares fit in the step."""
+    total = of_source(ops, source)["self_pct"].sum(min_count=1)
+    if pd.isna(total) or total <= 100.5:
+        return None
+    collectives = run.get("collective_ms")
+    once = (
+        f"; the time in collectives counted once is {collectives:,.2f} ms per step "
+        f"({100 * run['collective_share']:.1f}% of the run's step, `collective_ms`)"
+        if collectives is not None and run.get("collective_share") is not None
+        else ""
+    )
+    return (
+        f"the shares add up to {total:.0f}% of the step: ops on several threads overlapped (collectives run on "
+        f"worker threads while the main thread waits for them), and each thread's time counts{once}"
     )
 
 

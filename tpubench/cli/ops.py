@@ -297,7 +297,10 @@ def _show(
 def _notes(rows: pd.DataFrame, run: dict[str, Any], source: str | None) -> list[str]:
     """What to know before reading a run's ops: the profiler's overhead, and unsplit Inductor graphs."""
     overhead = analysis.profiler_overhead(analysis.traced_step_ms(rows, source), _value(run, "median_step_ms"))
-    return [f"note: {note}" for note in (overhead, analysis.unsplit_graphs(rows, source)) if note]
+    overlap = analysis.overlapping_threads(
+        rows, {key: _value(run, key) for key in ("collective_ms", "collective_share")}, source
+    )
+    return [f"note: {note}" for note in (overhead, analysis.unsplit_graphs(rows, source), overlap) if note]
 
 
 def _diff(
