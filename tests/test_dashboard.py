@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import ROOT, command, tpubench, wait_for
-from multi_device_rows import run_row, schema_with_contract, write_runs
+from multi_device_rows import run_row, write_runs
 from streamlit.testing.v1 import AppTest
 
 from dashboard import RESULTS_ENV, STORE_SEPARATOR, catalog, data
@@ -243,42 +243,40 @@ def test_ops_ranks_a_profiled_runs_ops_and_diffs_two_runs(serve, results: Path) 
 def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, tmp_path: Path) -> None:
     """Synthetic multi-device rows (issue 27's columns, through the store's writer): an H100 fsdp
     sweep whose 1-device run ran out of memory, a simulated N = 4, and a TPU at N = 2."""
-    with schema_with_contract():
-        results = write_runs(
-            tmp_path / "results",
-            [
-                run_row(status="oom"),
-                *(
-                    run_row(devices=n, parallel="fsdp", scaling="weak", batch_size=8 * n, median_step_ms=ms, **extra)
-                    for n, ms, extra in (
-                        (2, 100.0, {"collective_share": 0.3, "exposed_collective_share": 0.1}),
-                        (4, 125.0, {"simulated": True}),
-                        (2, 200.0, {"backend": "tpu", "device": "TPU v5 lite"}),
-                    )
-                ),
-            ],
-        )
-        app = serve(results, "Scaling")
-        headings = [heading.value for heading in app.subheader]
-        assert "gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device" in headings
-        assert "Simulated: virtual CPU devices" in texts(app) and charts(app) == 2
-        tables = frames(app)
-        cuda = next(table for table in tables if "N" in table and list(table["N"]) == [1, 2, 4])
-        assert list(cuda["status"]) == ["oom", "ok", "ok"] and list(cuda["baseline N"]) == [2, 2, 2]
-        assert cuda["efficiency %"].tolist()[1:] == pytest.approx([100.0, 80.0])
-        assert cuda["collectives % of step"].tolist()[1] == pytest.approx(30.0)
-        cross = next(table for table in tables if "$/Mtoken" in table)
-        assert set(cross["backend"]) == {"cuda", "tpu"}
-        tpu = "gpt2/124m tpu train bfloat16 fsdp weak b8xs1024 per device"
-        linked = serve(results, "Scaling", config=tpu)  # a link to one configuration shows it alone
-        assert [heading.value for heading in linked.subheader] == [tpu]
-        stale = serve(results, "Scaling", config="gone")  # a stale link falls back to all of them
-        assert len(stale.subheader) == len(headings)
+    results = write_runs(
+        tmp_path / "results",
+        [
+            run_row(status="oom"),
+            *(
+                run_row(devices=n, parallel="fsdp", scaling="weak", batch_size=8 * n, median_step_ms=ms, **extra)
+                for n, ms, extra in (
+                    (2, 100.0, {"collective_share": 0.3, "exposed_collective_share": 0.1}),
+                    (4, 125.0, {"simulated": True}),
+                    (2, 200.0, {"backend": "tpu", "device": "TPU v5 lite"}),
+                )
+            ),
+        ],
+    )
+    app = serve(results, "Scaling")
+    headings = [heading.value for heading in app.subheader]
+    assert "gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device" in headings
+    assert "Simulated: virtual CPU devices" in texts(app) and charts(app) == 2
+    tables = frames(app)
+    cuda = next(table for table in tables if "N" in table and list(table["N"]) == [1, 2, 4])
+    assert list(cuda["status"]) == ["oom", "ok", "ok"] and list(cuda["baseline N"]) == [2, 2, 2]
+    assert cuda["efficiency %"].tolist()[1:] == pytest.approx([100.0, 80.0])
+    assert cuda["collectives % of step"].tolist()[1] == pytest.approx(30.0)
+    cross = next(table for table in tables if "$/Mtoken" in table)
+    assert set(cross["backend"]) == {"cuda", "tpu"}
+    tpu = "gpt2/124m tpu train bfloat16 fsdp weak b8xs1024 per device"
+    linked = serve(results, "Scaling", config=tpu)  # a link to one configuration shows it alone
+    assert [heading.value for heading in linked.subheader] == [tpu]
+    stale = serve(results, "Scaling", config="gone")  # a stale link falls back to all of them
+    assert len(stale.subheader) == len(headings)
 
 
 def test_scaling_without_multi_device_runs_says_how_to_make_some(serve, tmp_path: Path) -> None:
-    with schema_with_contract():
-        app = serve(write_runs(tmp_path / "results", [run_row(), run_row(batch_size=4)]), "Scaling")
+    app = serve(write_runs(tmp_path / "results", [run_row(), run_row(batch_size=4)]), "Scaling")
     assert "No multi-device configuration" in texts(app) and "--devices 1,2,4,8" in texts(app)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from multi_device_rows import run_row, schema_with_contract, write_runs
+from multi_device_rows import run_row, write_runs
 from test_ops import in_process, one_error_line
 
 from tpubench import peaks, store
@@ -377,14 +377,13 @@ def test_mfu_per_device_is_global_flops_over_n_peaks() -> None:
 def scaling_store(tmp_path: Path):
     """A store with an H100 fsdp sweep (1 OOM'd, so 2 is the baseline; 4 simulated for the
     test's sake) and a TPU v5e sweep of the same configuration."""
-    with schema_with_contract():
-        rows = [
-            run_row(status="oom"),
-            fsdp_weak(2, 100.0, collective_share=0.30, exposed_collective_share=0.10, rank_skew_pct=2.5),
-            fsdp_weak(4, 125.0, simulated=True, peak_mem_bytes=3 * 2**30, peak_mem_bytes_min=2 * 2**30),
-            fsdp_weak(2, 200.0, backend="tpu", device="TPU v5 lite"),
-        ]
-        yield write_runs(tmp_path / "results", rows), rows
+    rows = [
+        run_row(status="oom"),
+        fsdp_weak(2, 100.0, collective_share=0.30, exposed_collective_share=0.10, rank_skew_pct=2.5),
+        fsdp_weak(4, 125.0, simulated=True, peak_mem_bytes=3 * 2**30, peak_mem_bytes_min=2 * 2**30),
+        fsdp_weak(2, 200.0, backend="tpu", device="TPU v5 lite"),
+    ]
+    return write_runs(tmp_path / "results", rows), rows
 
 
 def test_scaling_prints_each_configuration_over_n_and_backends_at_equal_n(scaling_store) -> None:
@@ -434,8 +433,7 @@ def test_scaling_of_a_missing_store_is_one_line(tmp_path: Path) -> None:
 
 def test_the_store_keeps_the_contract_columns_the_scaling_view_reads(scaling_store) -> None:
     results, _ = scaling_store
-    with schema_with_contract():
-        runs = store.load_runs(results)
+    runs = store.load_runs(results)
     assert runs["simulated"].tolist().count(True) == 1 and runs["rank_skew_pct"].notna().sum() == 1
 
 
@@ -465,12 +463,11 @@ def test_ops_of_an_spmd_run_are_per_device_and_say_so(tmp_path: Path) -> None:
         OpTotals("hlo", "dot.2", calls=8, self_us=2400.0, total_us=2400.0),
     ]
     rows = ops_rows(TraceOps("xplane events", ops, steps=2, step_time_us=2000.0), devices=4)
-    with schema_with_contract():
-        run = run_row(backend="xla", device="CPU:0", devices=4, parallel="dp", scaling="weak", batch_size=32)
-        writer = store.InvocationWriter(tmp_path / "results", "inv-ops", run["started_at"])
-        writer.add(run, ops=[{"run_id": run["run_id"], "invocation_id": "inv-ops", **row} for row in rows])
-        done = in_process(f"ops {run['run_id']} --results", str(tmp_path / "results"))
-        as_json = json.loads(in_process(f"ops {run['run_id']} --json --results", str(tmp_path / "results")).stdout)
+    run = run_row(backend="xla", device="CPU:0", devices=4, parallel="dp", scaling="weak", batch_size=32)
+    writer = store.InvocationWriter(tmp_path / "results", "inv-ops", run["started_at"])
+    writer.add(run, ops=[{"run_id": run["run_id"], "invocation_id": "inv-ops", **row} for row in rows])
+    done = in_process(f"ops {run['run_id']} --results", str(tmp_path / "results"))
+    as_json = json.loads(in_process(f"ops {run['run_id']} --json --results", str(tmp_path / "results")).stdout)
     assert done.returncode == 0, done.stderr
     assert "per device of 4" in done.stdout
     shares = {row["op"]: row["self_pct"] for row in as_json if row["rank"] is not None}
