@@ -43,28 +43,16 @@ from scipy import stats
 
 from tpubench.analysis.compiles import top_cause
 from tpubench.hostload import BUSY_SHARE, is_busy
-from tpubench.spec import DIMENSIONS
+from tpubench.spec import KEY_FIELDS
 
-#: what two runs must share to be compared; ``model_hash`` (a user's model's config or
-#: source) keeps a changed model from pairing with its old self; registered workloads'
-#: rows have it null, and pair as before; a multi-device run pairs only with the same layout
-#: (device count, plan, tensor-parallel degree, scaling: ``batch_size`` is its global batch)
-PAIR_KEYS = (
-    "workload",
-    "size",
-    "mode",
-    "dtype",
-    "batch_size",
-    *DIMENSIONS,
-    "gen_len",
-    "model_hash",
-    "devices",
-    "parallel",
-    "tp_size",
-    "scaling",
-)
 #: also shared, unless the two selections have none in common (GPU against TPU)
 SIDE_KEYS = ("backend", "device")
+#: what two runs must share to be compared: a run's identity (``--resume``'s) but for the
+#: sides compared. ``model_hash`` (a user's model's config or source) keeps a changed model
+#: from pairing with its old self; registered workloads' rows have it null, and pair as
+#: before; a multi-device run pairs only with the same layout (device count, plan,
+#: tensor-parallel degree, scaling: ``batch_size`` is its global batch)
+PAIR_KEYS = tuple(key for key in KEY_FIELDS if key not in SIDE_KEYS)
 #: statuses that measured nothing: left out of comparisons
 UNTIMED = frozenset({"unavailable", "skipped"})
 #: a candidate in one of these, where the baseline was ok, has regressed
