@@ -125,6 +125,14 @@ def pin_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ.get(name, default) for name, default in PIN_DEFAULTS.items()}
 
 
+def host_devices_per_chip(root: Path = Path("/")) -> int:
+    """Devices per chip of this host's TPUs (two on v7, where each TensorCore is a device; one
+    where the peak table does not know the chip, or there is none)."""
+    found = tpu_pci_devices(root)
+    peak = peaks.lookup(found[0].chip, "tpu") if found else None
+    return peak.devices_per_chip if peak else 1
+
+
 def chips_env(environ: Mapping[str, str], devices: int, devices_per_chip: int = 1) -> dict[str, str]:
     """The launcher's variables for a TorchTPU run on ``devices`` devices: ``TPU_VISIBLE_CHIPS``
     lists their chips (two devices per chip on v7), the first of the user's
@@ -326,9 +334,7 @@ class TpuBackend(Backend):
         if spec.devices > 1:
             for name in PIN_DEFAULTS:
                 env.pop(name, None)
-            found = tpu_pci_devices(self.root)
-            peak = peaks.lookup(found[0].chip, "tpu") if found else None
-            env |= chips_env(os.environ, spec.devices, peak.devices_per_chip if peak else 1)
+            env |= chips_env(os.environ, spec.devices, host_devices_per_chip(self.root))
         return env
 
     def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:

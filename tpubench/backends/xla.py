@@ -23,13 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench import TpubenchWarning, peaks
+from tpubench import TpubenchWarning
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, simulated_device_limit
 from tpubench.backends.cpu import CpuBackend
 from tpubench.backends.tpu import (
     chips_env,
     google_pci_devices,
+    host_devices_per_chip,
     pci_device_id,
     pin_env,
     pinned_groups,
@@ -131,9 +132,7 @@ class XlaBackend(Backend):
 
     def _chips(self, devices: int) -> int:
         """The chips that hold ``devices`` PJRT devices (two per chip on v7)."""
-        found = tpu_pci_devices(self.root)
-        peak = peaks.lookup(found[0].chip, "tpu") if found else None
-        return math.ceil(devices / (peak.devices_per_chip if peak else 1))
+        return math.ceil(devices / host_devices_per_chip(self.root))
 
     def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:
         """On a TPU, start the worker once its chip can be opened, and once more if it found it busy."""
