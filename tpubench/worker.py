@@ -101,12 +101,13 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     A multi-device run of a process family measures in N rank processes, each running this
     function (:mod:`tpubench.parallel.ranks`); this process launches them and merges their rows.
     """
-    if reason := tensor_parallel_refusal(spec):
-        return {"status": "skipped", "error": reason}
-    if parallel.is_multi_process(spec) and not parallel.ranks_env():
-        from tpubench.parallel import ranks
+    if not parallel.ranks_env():  # the run's own process (a rank's launcher has let it through)
+        if reason := tensor_parallel_refusal(spec):
+            return {"status": "skipped", "error": reason}
+        if parallel.is_multi_process(spec):
+            from tpubench.parallel import ranks
 
-        return ranks.measure_ranks(spec, channel)
+            return ranks.measure_ranks(spec, channel)
     backend = get_backend(spec.backend)
     backend.setup(spec)
     availability = backend.availability()
