@@ -65,17 +65,16 @@ def tp_styles(model: nn.Module, plan: ParallelPlan) -> dict[str, str]:
     """
     from torch import nn
 
-    modules = dict(model.named_modules())
     styles: dict[str, str] = {}
     for pattern, style in plan.tp.items():
         if style not in ("colwise", "rowwise"):
             raise ValueError(f"tensor-parallel style {style!r} for {pattern!r}; valid: colwise, rowwise")
-        matched = [name for name in modules if plan.matches(name, pattern)]
+        matched = plan.modules(model, [pattern])
         if not matched:
             raise ValueError(f"the parallel plan's {pattern!r} names no module of {type(model).__name__}")
-        for name in matched:
-            if not isinstance(modules[name], nn.Linear):
-                raise ValueError(f"the parallel plan's {pattern!r} names {name}, a {type(modules[name]).__name__}")
+        for name, module in matched:
+            if not isinstance(module, nn.Linear):
+                raise ValueError(f"the parallel plan's {pattern!r} names {name}, a {type(module).__name__}")
             if styles.setdefault(name, style) != style:
                 raise ValueError(f"the parallel plan makes {name} both {styles[name]} and {style}")
     return styles
