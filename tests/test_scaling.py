@@ -368,6 +368,8 @@ def test_mfu_per_device_is_global_flops_over_n_peaks() -> None:
     assert scaling.row_mfu(scaling.normalised(pd.DataFrame([row])).iloc[0].to_dict()) == pytest.approx(
         4e15 / (8 * peak)
     )
+    # a count that missed ops gives no MFU, as the run itself gave none (worker.throughput_columns)
+    assert scaling.row_mfu({**row, "flops_incomplete": '{"aten::foo": 2}'}) is None
 
 
 # --- tpubench scaling ------------------------------------------------------------------

@@ -178,9 +178,12 @@ def mfu_per_device(flops_per_step: float, step_ms: float, devices: int, peak_flo
 
 
 def row_mfu(row: Mapping[str, Any]) -> float | None:
-    """The stored MFU (per device), else computed from the FLOPs and the device's peak."""
+    """The stored MFU (per device), else computed from the FLOPs and the device's peak; none
+    for a FLOP count that missed ops (``flops_incomplete``), which the run left null on purpose."""
     if _present(row.get("mfu")):
         return float(row["mfu"])
+    if _present(row.get("flops_incomplete")):
+        return None
     if not (_present(row.get("flops_per_step")) and _present(row.get("median_step_ms")) and row.get("device")):
         return None
     peak = peaks.lookup(str(row["device"]), device_kind(str(row["backend"]), str(row["device"])))
