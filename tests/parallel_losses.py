@@ -10,6 +10,7 @@ greedy tokens generated before training.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -74,6 +75,7 @@ def run(configuration: str) -> dict:
 
 
 if __name__ == "__main__":
+    faulthandler.enable()  # an abort in torch's C++ (a gloo thread) shows where Python was
     torch.set_num_threads(1)
     found = {configuration: run(configuration) for configuration in sys.argv[1:]}
     if not dist.is_initialized() or dist.get_rank() == 0:

@@ -60,8 +60,8 @@ def split_runs(world: int, configurations: tuple[str, ...]) -> dict[str, dict]:
     ]
     outputs = [process.communicate(timeout=300) for process in processes]
     failed = {
-        rank: stderr[-3000:]
-        for rank, (p, (_, stderr)) in enumerate(zip(processes, outputs, strict=True))
+        rank: f"exit {p.returncode}; stdout {stdout[-300:]!r}; stderr {stderr[-3000:]}"
+        for rank, (p, (stdout, stderr)) in enumerate(zip(processes, outputs, strict=True))
         if p.returncode
     }
     assert not failed, failed
@@ -196,6 +196,45 @@ def test_a_rank_that_fails_takes_the_others_down(
     assert row["worker_wall_s"] < 60  # not the collective timeout (150 s) nor the run's
     if status == "failed":
         assert "rank 1's output" in row["stderr_tail"] and "deliberate failure on rank 1" in row["stderr_tail"]
+
+
+#: rank 0 of the race below: it reports the error a dead peer gives gloo, then exits
+PEER_ERROR = """
+import json, os, sys, time
+error = "RuntimeError: Connection closed by peer [127.0.0.1]:9125"
+result = {"status": "failed", "error": error}
+os.write(int(sys.argv[1]), (json.dumps({"event": "result", "result": result, "at": time.monotonic()}) + "\\n").encode())
+"""
+#: rank 1: killed by a signal only once rank 0 has exited (rank 0 holds the pipe it reads)
+KILLED_AFTER_PEER = "import os, signal, sys; sys.stdin.read(); os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def test_a_killed_rank_is_blamed_even_when_its_peers_error_reaches_the_launcher_first() -> None:
+    """A SIGKILLed rank breaks its peers' connections as it dies, and a peer's error can be
+    read before the dead rank's channel closes: the launcher still names the dead rank."""
+    peer_read, peer_write = os.pipe()
+    channels = [os.pipe() for _ in range(2)]
+    started = []
+    try:
+        for index, code in enumerate((PEER_ERROR, KILLED_AFTER_PEER)):
+            read_fd, write_fd = channels[index]
+            process = subprocess.Popen(
+                [sys.executable, "-c", code, str(write_fd)],
+                stdin=peer_read if index == 1 else subprocess.DEVNULL,
+                pass_fds=(write_fd, peer_write) if index == 0 else (write_fd,),
+            )
+            os.close(write_fd)
+            started.append(ranks.Rank(index, process, read_fd, log=None))
+        os.close(peer_read)
+        os.close(peer_write)
+        row = ranks.follow(started, channel=None)
+    finally:
+        for rank in started:
+            rank.kill()
+            rank.process.wait()
+            os.close(rank.channel)
+    assert row is not None
+    assert (row["status"], row["error"], row["failed_rank"]) == ("crashed", "rank 1 killed by SIGKILL", 1)
 
 
 def test_a_timeout_kills_every_rank(fault_workloads: None, marked) -> None:

@@ -11,6 +11,7 @@ launcher can tell the rank that failed first from the peers its failure took dow
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import sys
 import time
@@ -25,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--channel-fd", type=int, required=True)
     args = parser.parse_args()
+    faulthandler.enable()  # a rank that aborts in C++ (a collective's thread) leaves its Python stack in the tail
     request = json.loads(sys.stdin.buffer.readline())
     worker.watch_parent(sys.stdin.fileno(), None)
     channel = worker.Channel(args.channel_fd)

@@ -48,6 +48,9 @@ from tpubench.spec import RunSpec
 TAIL_LINES = 36
 #: how long ranks that all sent their results may take to exit before they are killed
 EXIT_GRACE_S = 10.0
+#: how long, after a rank's failure, the others have to send their results or exit before
+#: the launcher decides which rank failed first (and kills the rest)
+SETTLE_S = 5.0
 
 
 def free_port() -> int:
@@ -186,12 +189,19 @@ def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
 
 def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:
     """Read every rank's channel until all have sent their results; forward rank 0's
-    progress. Returns the failed row as soon as one rank fails or dies (None: all ok)."""
+    progress. Returns the failed row once a rank has failed or died (None: all ok).
+
+    A failure is attributed only when every rank has settled (sent its result or exited),
+    or :data:`SETTLE_S` after the first one: a rank killed by a signal breaks its peers'
+    connections as it dies, and a peer's error can reach the launcher before the dead
+    rank's closed channel does."""
+    settle_by = None
     with selectors.DefaultSelector() as selector:
         for rank in ranks:
             selector.register(rank.channel, selectors.EVENT_READ, rank)
         while any(rank.result is None for rank in ranks):
-            events = selector.select(timeout=1.0)
+            wait = 1.0 if settle_by is None else max(0.0, min(1.0, settle_by - time.monotonic()))
+            events = selector.select(timeout=wait)
             for rank in ranks:  # a rank whose channel a forked grandchild still holds open
                 if not events and not rank.closed and rank.result is None and rank.process.poll() is not None:
                     rank.closed = True
@@ -209,19 +219,27 @@ def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:
                     for event in rank.events:
                         channel.send(event.pop("event"), **event)
                 rank.events.clear()
-            if (failure := first_failure(ranks)) is not None:
-                return failure
+            if settle_by is None and any(failed(rank) for rank in ranks):
+                settle_by = time.monotonic() + SETTLE_S
+            settled = all(rank.result is not None or rank.closed for rank in ranks)
+            if settle_by is not None and (settled or time.monotonic() >= settle_by):
+                return first_failure(ranks)
     return None
 
 
-def first_failure(ranks: list[Rank]) -> dict[str, Any] | None:
-    """The row of the rank whose failure started it, if any rank failed: a rank that died
+def failed(rank: Rank) -> bool:
+    """Whether ``rank`` died without a result or sent one that is not ``ok``."""
+    if rank.result is None:
+        return rank.closed
+    return rank.result.get("status") != "ok"
+
+
+def first_failure(ranks: list[Rank]) -> dict[str, Any]:
+    """The row of the rank whose failure started it (some rank failed): a rank that died
     (a peer's failure makes the others raise, never die), else the one that raised first
     (its peers' errors, lost connections and timeouts, come after it). Kills the others."""
     died = [rank for rank in ranks if rank.closed and rank.result is None]
     raised = sorted((r for r in ranks if r.result and r.result.get("status") != "ok"), key=lambda r: r.result_at)
-    if not died and not raised:
-        return None
     for rank in ranks:
         rank.kill()
     if died:
