@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from tpubench.backends import get_backend
 from tpubench.parallel import dtensor
+from tpubench.parallel.rank import exit_rank
 from tpubench.spec import RunSpec
 from workloads import build, get_workload
 
@@ -81,3 +82,4 @@ if __name__ == "__main__":
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(json.dumps(found))
     dtensor.finish()
+    exit_rank()

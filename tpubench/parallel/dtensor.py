@@ -129,11 +129,6 @@ def local_parameter_count(model: nn.Module) -> int:
 
 
 def finish() -> None:
-    """Leave the process group, once the rank is done with collectives.
-
-    The barrier first: gloo completes a barrier only after every collective queued before
-    it, so no rank tears its connections down while a peer (or its own worker thread) still
-    has one in flight; a collective left running at interpreter exit aborts the process."""
+    """Leave the process group, once the rank is done with collectives."""
     if dist.is_initialized():
-        dist.barrier()
         dist.destroy_process_group()
