@@ -58,8 +58,15 @@ INDEX_COLUMNS = (
 #: one configuration: what a series follows over time and a comparison pairs on
 CONFIG_KEYS = changepoints.SERIES_KEYS
 SERVING_MODES = ("prefill", "decode")
-#: the steps columns a comparison reads: the sampled metrics' own
-COMPARED_STEPS = ("run_id", "phase", *(metric.column for metric in compare.METRICS if metric.kind == "sampled"))
+#: the steps columns a comparison reads: the sampled metrics' own, and the step and rank by
+#: which a multi-rank run's samples become its job's (analysis.steps.job_steps)
+COMPARED_STEPS = (
+    "run_id",
+    "phase",
+    "step",
+    "rank",
+    *(metric.column for metric in compare.METRICS if metric.kind == "sampled"),
+)
 #: metrics the Trends page follows: runs column -> label with unit
 TREND_METRICS = {
     "median_step_ms": "median step (ms)",

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpubench.analysis.steps import job_steps
 from tpubench.spec import DIMENSIONS
 
 #: runs column -> (metric name, scale); a metric is written only where the run has a value
@@ -32,6 +33,10 @@ RUN_METRICS = {
 }
 
 
+#: the runs columns that say how a run was spread over devices (docs/multi-device.md)
+LAYOUT = ("devices", "parallel", "parallel_impl", "mesh", "tp_size", "scaling", "simulated")
+
+
 def _text(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return ""
@@ -44,9 +49,19 @@ def _json_map(value: Any) -> dict[str, Any]:
     return json.loads(text) if text else {}
 
 
+def _layout(run: dict[str, Any]) -> dict[str, str]:
+    """A multi-device run's layout (:data:`LAYOUT`), so that its series is not the one-device
+    run's of the same model; nothing for one device, whose records stay as they were."""
+    devices = run.get("devices")
+    if devices is None or pd.isna(devices) or int(devices) <= 1:
+        return {}
+    return {key: _text(run.get(key)) for key in LAYOUT if run.get(key) is not None and pd.notna(run.get(key))}
+
+
 def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
     """One v3 record per (ok run, metric): ``step_ms`` carries every measured step sample of the
     run in ``benchmark_values``; the other metrics (:data:`RUN_METRICS`) carry the run's value."""
+    steps = job_steps(steps)  # a multi-rank run's samples: per step, its slowest rank's
     measured = steps[steps["phase"] == "measure"]
     samples = {run_id: group["step_ms"].dropna().tolist() for run_id, group in measured.groupby("run_id")}
     found = []
@@ -62,6 +77,7 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
             }
             # the shape's named dimensions that the run has (seq_len for text, image_size for images...)
             | {name: str(int(run[name])) for name in DIMENSIONS if pd.notna(run.get(name))}
+            | _layout(run)
             | {"measured_steps": _text(run["measured_steps"]), **{f"tag.{k}": str(v) for k, v in tags.items()}},
         }
         model = {

@@ -19,6 +19,7 @@ from reports import build_report, html, markdown
 from reports.pytorch_benchmark import records
 from tpubench.analysis import changepoints, compare, prices
 from tpubench.analysis.select import NoRunsMatch, SelectorError, select_runs
+from tpubench.analysis.steps import job_steps
 from tpubench.schema import RUNS, STEPS
 
 RNG = np.random.default_rng(7)
@@ -477,6 +478,38 @@ def test_series_are_separate():
     assert list(found["backend"]) == ["cpu"]
 
 
+def two_rank_side(label: str, medians: list[float], n: int = 30) -> tuple[list[dict], list[dict]]:
+    """Runs of two rank processes: rank 1 takes twice rank 0's time on every step, so the job
+    (per step, its slowest rank) runs at rank 1's pace, and its median is rank 1's."""
+    runs, steps = side(label, medians, n=n, devices=2, parallel="dp", tp_size=1)
+    slow = [{**row, "rank": 1} for row in steps]
+    fast = [{**row, "rank": 0, "step_ms": row["step_ms"] / 2} for row in steps]
+    return runs, fast + slow
+
+
+def test_a_multi_rank_run_is_compared_by_its_slowest_rank_per_step():
+    """Each rank's samples are stored, but the job waits for its slowest rank: against the same
+    configuration at the slow rank's pace it is unchanged, by every statistic. Mixing the ranks'
+    samples would show a fast rank's steps as the job's (a third faster at the median, twice as
+    fast at the minimum)."""
+    for statistic in ("median", "min"):
+        base = two_rank_side("a", BASE)
+        test = side("b", BASE, devices=2, parallel="dp", tp_size=1)
+        row = step_row(compared(base, test, statistic=statistic))
+        assert row["verdict"] == "unchanged", (statistic, row["reason"])
+        assert row["ratio"] == pytest.approx(1.0, rel=0.03)
+    spread = compare.baseline_spread(runs_frame(base[0]), steps_frame(base[1]), compare.Settings())
+    assert spread["statistics"].iloc[0] == pytest.approx(BASE, rel=0.02)  # each run's median: rank 1's
+
+
+def test_job_steps_leaves_one_process_runs_as_they_are():
+    rows = side("a", [10.0], n=5)[1]
+    frame = steps_frame(rows)
+    pd.testing.assert_frame_equal(job_steps(frame), frame)
+    merged = job_steps(steps_frame(two_rank_side("b", [10.0], n=5)[1]))
+    assert len(merged) == 5 and merged["rank"].isna().all()
+
+
 # --- reports and export ---------------------------------------------------------------------
 
 
@@ -505,6 +538,22 @@ def test_pytorch_benchmark_records_follow_the_v3_schema():
     assert all(isinstance(v, str) for v in step["benchmark"]["extra_info"].values())
     assert step["dependencies"]["cuda"] == {"version": "12.8"}
     json.dumps(found)  # plain JSON
+
+
+def test_pytorch_benchmark_records_of_a_multi_rank_run_carry_the_job_and_its_layout():
+    """One sample per measured step (the slowest rank's), and the layout in the benchmark's
+    extra_info: two devices are another series than one."""
+    runs_rows, steps_rows = two_rank_side("a", [10.0], n=12)
+    runs = runs_frame(runs_rows)
+    runs["mesh"], runs["scaling"] = "dp=2", "weak"
+    found = records(runs, steps_frame(steps_rows))
+    step = next(r for r in found if r["metric"]["name"] == "step_ms")
+    slowest = [row["step_ms"] for row in steps_rows if row["rank"] == 1]
+    assert step["metric"]["benchmark_values"] == pytest.approx(slowest)
+    extra = step["benchmark"]["extra_info"]
+    assert (extra["devices"], extra["parallel"], extra["mesh"], extra["scaling"]) == ("2", "dp", "dp=2", "weak")
+    one_device = records(runs_frame(side("b", [10.0], n=3)[0]), steps_frame(side("b", [10.0], n=3)[1]))
+    assert "devices" not in one_device[0]["benchmark"]["extra_info"]  # one device's records stay as they were
 
 
 def test_reports_show_top_ops_of_profiled_runs():

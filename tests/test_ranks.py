@@ -18,11 +18,13 @@ import uuid
 from pathlib import Path
 from statistics import median
 
+import pandas as pd
 import psutil
 import pytest
 from helpers import wait_for
 from parallel_losses import run as one_device
 
+from tpubench.analysis.steps import job_steps
 from tpubench.parallel import ranks
 from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.spec import RunSpec
@@ -161,6 +163,8 @@ def test_a_fsdp_run_merges_its_ranks_and_profiles_each(marked, tmp_path: Path) -
     assert [len(rows) for rows in by_rank] == [3, 3]
     slowest = [max(a["step_ms"], b["step_ms"]) for a, b in zip(*by_rank, strict=True)]
     assert row["median_step_ms"] == pytest.approx(median(slowest))
+    job = job_steps(pd.DataFrame(steps).assign(run_id="run"))  # what the readers sample
+    assert sorted(job.loc[job["phase"] == "measure", "step_ms"]) == pytest.approx(sorted(slowest))
     assert row["tokens_per_s"] == pytest.approx(4 * 16 / (row["median_step_ms"] / 1e3))  # the global batch
     medians = json.loads(row["backend_metrics"])["rank_median_step_ms"]
     assert medians == pytest.approx([median(s["step_ms"] for s in rows) for rows in by_rank])

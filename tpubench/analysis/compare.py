@@ -42,6 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from tpubench.analysis.compiles import top_cause
+from tpubench.analysis.steps import job_steps
 from tpubench.hostload import BUSY_SHARE, is_busy
 from tpubench.spec import KEY_FIELDS
 
@@ -199,14 +200,15 @@ def compare_runs(
     Runs pair on ``keys`` (default :func:`pair_keys`); several runs of one configuration on a
     side (repeats) are pooled. A configuration on one side only gives an ``unpaired`` row, so
     nothing is left out silently. Runs that measured nothing (unavailable, skipped) are left
-    out. The steps frames are :func:`tpubench.store.load_steps` rows (phase ``measure`` is used).
+    out. The steps frames are :func:`tpubench.store.load_steps` rows (phase ``measure`` is used;
+    a multi-rank run's samples are its job's, per step the slowest rank's: :func:`job_steps`).
     ``compiles`` (the candidate runs' rows of the compiles table, when captured) lets a
     compile regression name its cause and source line. Columns: :data:`COLUMNS`.
     """
     settings = settings or Settings()
     baseline_runs, candidate_runs = _timed(baseline_runs), _timed(candidate_runs)
     keys = keys or pair_keys(baseline_runs, candidate_runs)
-    steps = pd.concat([baseline_steps, candidate_steps], ignore_index=True)
+    steps = job_steps(pd.concat([baseline_steps, candidate_steps], ignore_index=True))
     steps = steps[steps["phase"] == "measure"]
     samples = {run_id: group for run_id, group in steps.groupby("run_id")}
     base_groups, test_groups = _groups(baseline_runs, keys), _groups(candidate_runs, keys)
@@ -496,6 +498,7 @@ def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings)
     (``statistics``). What ``tpubench ci --rounds auto`` sizes a night by: the noise model of
     each series, from its last green night."""
     keys = [*PAIR_KEYS, *SIDE_KEYS]
+    steps = job_steps(steps)
     measured = steps[steps["phase"] == "measure"].groupby("run_id")["step_ms"]
     statistic = measured.quantile(settings.quantile).rename("statistic")
     ok = runs[runs["status"] == "ok"].join(statistic, on="run_id").dropna(subset=["statistic"])
