@@ -52,10 +52,9 @@ def _json_map(value: Any) -> dict[str, Any]:
 def _layout(run: dict[str, Any]) -> dict[str, str]:
     """A multi-device run's layout (:data:`LAYOUT`), so that its series is not the one-device
     run's of the same model; nothing for one device, whose records stay as they were."""
-    devices = run.get("devices")
-    if devices is None or pd.isna(devices) or int(devices) <= 1:
+    if pd.isna(run.get("devices")) or int(run["devices"]) <= 1:
         return {}
-    return {key: _text(run.get(key)) for key in LAYOUT if run.get(key) is not None and pd.notna(run.get(key))}
+    return {key: _text(run.get(key)) for key in LAYOUT if pd.notna(run.get(key))}
 
 
 def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:

@@ -238,8 +238,8 @@ def first_failure(ranks: list[Rank]) -> dict[str, Any]:
     """The row of the rank whose failure started it (some rank failed): a rank that died
     (a peer's failure makes the others raise, never die), else the one that raised first
     (its peers' errors, lost connections and timeouts, come after it). Kills the others."""
-    died = [rank for rank in ranks if rank.closed and rank.result is None]
-    raised = sorted((r for r in ranks if r.result and r.result.get("status") != "ok"), key=lambda r: r.result_at)
+    died = [rank for rank in ranks if failed(rank) and rank.result is None]
+    raised = sorted((r for r in ranks if failed(r) and r.result is not None), key=lambda r: r.result_at)
     for rank in ranks:
         rank.kill()
     if died:
