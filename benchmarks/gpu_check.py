@@ -9,7 +9,7 @@ covers tpubench's CUDA trace capture too.
 
     python benchmarks/gpu_check.py --results /tmp/results --export "$OUT" [--budget-s 300] [--only-cache-check]
 
-Then (budget allowing) the persistent-cache check of issue 26, which PJRT CPU and this
+Then (budget allowing) the compile cache's persistence check, which PJRT CPU and this
 host's Inductor cannot give: gpt2 tiny on cuda-compile (and on xla with PJRT_DEVICE=CUDA
 when ``--xla-python`` names a torch_xla interpreter) runs twice with one
 ``--compile-cache``; the second run's ``compiles`` rows must all say ``disk_hit``, which it

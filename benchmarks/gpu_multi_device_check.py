@@ -1,4 +1,4 @@
-"""The multi-device GPU check, for a lent NVIDIA machine (issue 27): NCCL under FSDP2 through
+"""The multi-device GPU check, for a lent NVIDIA machine: NCCL under FSDP2 through
 tpubench's trace readers.
 
 One GPU is enough: torchrun starts one rank per GPU, which initialises NCCL, shards

@@ -7,7 +7,7 @@ Isolation gives every run its own process; this script measures what that costs.
    the workers, from the first build to the result), and their ratio
    (requirement <= 2.0, goal 1.1).
 2. The start-up cost of one worker, interleaved: a probe request answered by a worker forked
-   from the zygote against one answered by a fresh ``python -m tpubench.worker``.
+   from the zygote against one answered by a fresh ``python -m tpubench.launch.serve``.
 
     python benchmarks/run_overhead.py [--repeat 3] [--starts 10]
 """
@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tpubench import store  # noqa: E402
-from tpubench.process import DEFAULT_WORKER_ENV, run_worker, worker_env  # noqa: E402
+from tpubench.backends.base import DEFAULT_WORKER_ENV  # noqa: E402
+from tpubench.launch.process import run_worker, worker_env  # noqa: E402
 
 COMMAND = "run --suite llm --size tiny --backend cpu"
 

@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from tpubench.backends import get_backend
+from tpubench.launch.rank import exit_rank
 from tpubench.parallel import dtensor
-from tpubench.parallel.rank import exit_rank
 from tpubench.spec import RunSpec
 from workloads import build, get_workload
 

@@ -4,7 +4,7 @@ split over N.
 Run as ``python tests/spmd_outputs.py WORKLOAD PARALLEL DEVICES TP [--backend xla-compile]
 [--decode]`` under the torch_xla interpreter with ``PJRT_DEVICE=CPU`` (and
 ``CPU_NUM_DEVICES=DEVICES`` for N > 1, as ``XlaBackend.worker_env_for`` sets it). It takes
-the worker's own path: ``setup`` (SPMD), ``build``, ``tpubench.parallel.apply``,
+the worker's own path: ``setup`` (SPMD), ``build``, ``tpubench.worker.apply_plan``,
 ``prepare``, then ``make_step``'s AdamW step with the workload's loss wrapped to keep each
 step's value (rows carry no losses), or with ``--decode`` a greedy generation. Prints JSON:
 the losses or tokens, the device count torch_xla saw, and each parameter's sharding.
@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from tpubench import parallel
 from tpubench.backends import Backend, get_backend
 from tpubench.measure import make_step
 from tpubench.spec import RunSpec
+from tpubench.worker import apply_plan
 from workloads import Instance, Shape, build, get_workload
 
 STEPS, BATCH, SEQ, GENERATED = 3, 4, 32, 8
@@ -78,7 +78,7 @@ def main() -> None:
     backend = get_backend(args.backend)
     backend.setup(spec)
     instance = build(get_workload(args.workload), "tiny", device=backend.device(), shape=Shape(BATCH, seq_len=SEQ))
-    instance = parallel.apply(spec, backend, instance)
+    instance = apply_plan(spec, backend, instance)
     found = tokens(backend, instance) if args.decode else losses(backend, instance)
     shardings = {name: torch_xla._XLAC._get_xla_sharding_spec(p) for name, p in instance.model.named_parameters()}
     print(

@@ -2,7 +2,7 @@
 
 The losses check the split itself (tpubench.parallel.dtensor, driven by
 tests/parallel_losses.py in real rank processes: a run's timed loop reads no loss); the
-runs check the launcher (tpubench.parallel.ranks) through a real worker: the merged row,
+runs check the launcher (tpubench.launch.ranks) through a real worker: the merged row,
 every rank's steps, and each fault. Every gloo world costs 10-20 s here, mostly imports.
 """
 
@@ -25,8 +25,9 @@ from helpers import wait_for
 from parallel_losses import run as one_device
 
 from tpubench.analysis.steps import job_steps
-from tpubench.parallel import ranks
-from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
+from tpubench.backends.base import DEFAULT_WORKER_ENV
+from tpubench.launch import ranks
+from tpubench.launch.process import classify, run_worker, worker_env
 from tpubench.spec import RunSpec
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -252,7 +253,7 @@ def test_ranks_die_with_their_launcher(fault_workloads: None) -> None:
     spec = spec_for("fault-hang", batch_size=2, seq_len=None, timeout_s=300.0)
     read_fd, write_fd = os.pipe()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "tpubench.worker", "--channel-fd", str(write_fd)],
+        [sys.executable, "-m", "tpubench.launch.serve", "--channel-fd", str(write_fd)],
         stdin=subprocess.PIPE,
         pass_fds=(write_fd,),
         env=worker_env(DEFAULT_WORKER_ENV),

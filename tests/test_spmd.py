@@ -24,10 +24,10 @@ from test_tpu_detection import add_pci_device, v7_host
 from tpubench.backends.base import Availability
 from tpubench.backends.tpu import GOOGLE_PCI_VENDOR, PIN_DEFAULTS
 from tpubench.backends.xla import SPMD_MEMORY_NOTE, XlaBackend, tpu_subset_env
+from tpubench.launch.zygote import Zygote
 from tpubench.parallel.spmd import input_spec, mesh_shape, partition_specs
 from tpubench.runner import Executor, SuiteRunner, plan
 from tpubench.spec import RunSpec
-from tpubench.zygote import Zygote
 from workloads import ParallelPlan, build, get_workload
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tpubench.launch.ranks import free_port
 from tpubench.parallel import torchtpu_env
-from tpubench.parallel.ranks import free_port
 from tpubench.parallel.torchtpu_env import LaunchEnvError, launch_env
 
 RULES = Path(__file__).resolve().parent / "torchtpu_rules.py"

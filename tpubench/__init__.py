@@ -2,15 +2,16 @@
 
 The public Python API: :func:`tpubench.bench` measures your own model through the isolated
 workers (see :mod:`tpubench.api`); :func:`workloads.load` builds a workload in your own code.
+Nothing inside tpubench imports this package's root: its modules import the leaves
+:mod:`tpubench.version` and :mod:`tpubench.warning`, so the root is the top of the graph.
 """
 
 from typing import Any
 
-__version__ = "0.1.0"
+from tpubench.version import __version__
+from tpubench.warning import TpubenchWarning
 
-
-class TpubenchWarning(UserWarning):
-    """A note about a run that belongs in its row (``warnings`` column), e.g. an unknown peak."""
+__all__ = ["TpubenchWarning", "__version__", "bench"]
 
 
 def __getattr__(name: str) -> Any:

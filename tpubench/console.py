@@ -20,7 +20,7 @@ def main() -> None:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where a stuck tpubench is
     if len(sys.argv) > 1 and sys.argv[1] in WORKER_COMMANDS and _workers_start_here(sys.argv):
-        from tpubench.process import prestart
+        from tpubench.launch.process import prestart
 
         prestart()  # the zygote imports torch on one core while the CLI imports on the other
     from tpubench.cli import main as cli_main

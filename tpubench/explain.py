@@ -239,7 +239,7 @@ def diagnostic_env(backend: str, folder: Path) -> dict[str, str]:
 
 def _rerun(spec: RunSpec, folder: Path, pythons: dict[str, str]) -> dict[str, Any]:
     from tpubench.backends import BACKENDS, get_backend
-    from tpubench.process import classify, run_worker, worker_env
+    from tpubench.launch.process import classify, run_worker, worker_env
     from tpubench.runner import python_for
 
     if spec.backend not in BACKENDS:

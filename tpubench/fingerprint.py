@@ -15,7 +15,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from tpubench import __version__
+from tpubench.version import __version__
 
 #: Variables that change what a run measures: XLA/PJRT/TPU runtime flags, threading,
 #: compiler and allocator settings (LD_PRELOAD: tcmalloc for TorchTPU), device visibility.

@@ -35,7 +35,7 @@ def _busy_seconds() -> float:
 def _own_seconds() -> float:
     """CPU time of this run: the worker and its children; in a rank of a multi-device run,
     every process of the run's process group, since its peer ranks are the run, not
-    competition (``TPUBENCH_RANK``: tpubench.parallel.ranks)."""
+    competition (``TPUBENCH_RANK``: tpubench.launch.ranks)."""
     processes = [psutil.Process()]
     if "TPUBENCH_RANK" in os.environ:
         group = os.getpgid(0)

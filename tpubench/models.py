@@ -29,7 +29,7 @@ HF_PREFIX = "hf:"
 
 def importable_from(directory: str | Path) -> None:
     """Make ``directory``'s modules importable here and in every worker started after this
-    (``PYTHONPATH`` reaches workers through :func:`tpubench.process.worker_env`)."""
+    (``PYTHONPATH`` reaches workers through :func:`tpubench.launch.process.worker_env`)."""
     path = str(Path(directory).resolve())
     if path not in sys.path:
         sys.path.insert(0, path)

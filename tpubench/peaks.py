@@ -23,7 +23,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from tpubench import TpubenchWarning
+from tpubench.warning import TpubenchWarning
 
 TERA = 1e12
 

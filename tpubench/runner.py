@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tpubench import devicelock
 from tpubench.backends import get_backend
-from tpubench.backends.base import SIMULATED_DEVICES_ENV
+from tpubench.backends.base import DEFAULT_WORKER_ENV, SIMULATED_DEVICES_ENV
 from tpubench.fingerprint import fingerprint, fingerprint_hash
+from tpubench.launch.process import classify, run_worker, worker_env
 from tpubench.parallel import planning, spec_columns
-from tpubench.process import DEFAULT_WORKER_ENV, classify, run_worker, worker_env
 from tpubench.results_dir import is_remote
 from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
 

@@ -286,11 +286,11 @@ def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     Version 2: a decode run's ``tokens_per_s`` is output tokens per second, the serving
     tools' meaning and the same figure as ``output_tokens_per_s``; before, it counted the
     prompt's tokens too (over the median generation), a second meaning under one name.
-    Rows without ``devices`` (before issue 27) get :data:`ONE_DEVICE`.
+    Rows without ``devices`` (written before multi-device runs) get :data:`ONE_DEVICE`.
     """
     if table != "runs":
         return frame
-    # rows from before multi-device runs (issue 27; a nullable addition, no version) used one
+    # rows from before multi-device runs (a nullable addition, no version) used one
     # device and no plan: so they pair, resume and scale with the one-device rows written since
     frame = frame.fillna({column: value for column, value in ONE_DEVICE.items() if column in frame.columns})
     if not {"tokens_per_s", *UPGRADE_COLUMNS} <= set(frame.columns):

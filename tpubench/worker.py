@@ -1,17 +1,16 @@
-"""The worker process: runs one probe or one measurement and reports over a pipe.
+"""What a worker process does to measure a run in itself: admit, build, time, summarise.
 
-Started by :mod:`tpubench.process`, forked from the zygote (:func:`serve`) or as
-``python -m tpubench.worker --channel-fd N`` with a JSON request as the first line on
-stdin. It writes JSON lines to the channel: ``phase`` events while it works and one final
-``result``. stdout and stderr are free for the libraries' own chatter; the parent keeps
-their tail for failed rows. A crash or hang here costs only this run, and the worker dies
-with its parent: when the lifeline (stdin, or a pipe from the zygote) reaches end of
-file, it kills its own children, removes its scratch folder and exits.
+The process around it is started by :mod:`tpubench.launch` (:mod:`tpubench.launch.serve` for
+a run's worker, :mod:`tpubench.launch.rank` for one rank of a multi-device run); this module
+starts no process. It writes JSON lines to the channel: ``phase`` events while it works and
+one final ``result``. stdout and stderr are free for the libraries' own chatter; the parent
+keeps their tail for failed rows. A worker dies with its parent: when the lifeline (stdin,
+or a pipe from the zygote) reaches end of file, it kills its own children, removes its
+scratch folder and exits (:func:`watch_parent`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -20,7 +19,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import traceback
 import warnings
 from dataclasses import asdict, replace
@@ -30,16 +28,17 @@ import numpy as np
 import psutil
 import torch
 
-from tpubench import TpubenchWarning, compiles, parallel, peaks, verify
-from tpubench.backends import BACKENDS, Backend, get_backend
+from tpubench import compiles, parallel, peaks, verify
+from tpubench.backends import Backend, get_backend
 from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
 from tpubench.models import WorkloadUnavailable, workload_for
-from tpubench.parallel import planning
+from tpubench.parallel import dtensor, planning, spmd
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
-from workloads import GENERATION_MODES, Shape, Workload, build
+from tpubench.warning import TpubenchWarning
+from workloads import GENERATION_MODES, Instance, Shape, Workload, build
 from workloads.base import FIXED_BYTES
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
@@ -91,23 +90,16 @@ def probe(backends: list[str]) -> dict[str, Any]:
     }
 
 
-def _is_oom(error: BaseException) -> bool:
+def is_oom(error: BaseException) -> bool:
     return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(error).lower()
 
 
 def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
-    """One run, in phases: admit, build, time, summarise, then (optionally) trace.
+    """One run in this process, in phases: admit, build, time, summarise, then (optionally) trace.
 
     A multi-device run of a process family measures in N rank processes, each running this
-    function (:mod:`tpubench.parallel.ranks`); this process launches them and merges their rows.
+    function; :mod:`tpubench.launch.ranks` starts them and merges their rows.
     """
-    if not parallel.ranks_env():  # the run's own process (a rank's launcher has let it through)
-        if reason := tensor_parallel_refusal(spec):
-            return {"status": "skipped", "error": reason}
-        if parallel.is_multi_process(spec):
-            from tpubench.parallel import ranks
-
-            return ranks.measure_ranks(spec, channel)
     backend = get_backend(spec.backend)
     backend.setup(spec)
     availability = backend.availability()
@@ -135,7 +127,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     channel.send("phase", phase="build", step=0, of=1)
     dtype = getattr(torch, spec.dtype)
     instance = build(workload, spec.size, device=backend.device(), dtype=dtype, shape=shape_of(spec))
-    instance = parallel.apply(spec, backend, instance)
+    instance = apply_plan(spec, backend, instance)
     backend.reset_peak_memory()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -151,7 +143,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
             step,
             lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n),
             capture,
-            parallel.agreement(spec),
+            agreement(spec),
         )
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
@@ -180,6 +172,24 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "warnings": run_notes(caught, measured, capture.notes if capture else []),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
+
+
+def apply_plan(spec: RunSpec, backend: Backend, instance: Instance) -> Instance:
+    """Split ``instance`` (built whole, on this process's device, from the one seed) over the
+    run's devices with its family's mechanism: SPMD partition specs for xla, DDP, FSDP2 or
+    DTensor in a rank of the process families. Unchanged for a one-device run."""
+    if spec.devices == 1 or spec.parallel == "none":
+        return instance
+    if parallel.family(spec.backend) in parallel.SPMD_FAMILIES:
+        return spmd.apply(spec, backend, instance)
+    return dtensor.apply(spec, backend, instance)
+
+
+def agreement(spec: RunSpec) -> Any:
+    """``run_protocol``'s ``agree``: whether any rank's compile count changed in a warm-up
+    step, so that every rank takes the same number of steps (a rank that stops early
+    leaves the others waiting in a collective). None outside a rank process."""
+    return dtensor.any_rank if parallel.is_multi_process(spec) else None
 
 
 def tensor_parallel_refusal(spec: RunSpec) -> str | None:
@@ -488,7 +498,7 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
             init_dtype=getattr(torch, spec.init_dtype or spec.dtype),
         )
         if not parallel.is_multi_process(spec):  # SPMD: verify the sharded computation itself
-            instance = parallel.apply(spec, backend, instance)
+            instance = apply_plan(spec, backend, instance)
         torch.save(verify.outputs(spec, backend, instance), path)
     except Exception as error:
         traceback.print_exc()
@@ -513,38 +523,3 @@ def watch_parent(lifeline_fd: int, scratch: str | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=wait_for_eof, name="tpubench-lifeline", daemon=True).start()
-
-
-def serve(request: dict[str, Any], channel_fd: int, lifeline_fd: int, scratch: str | None = None) -> None:
-    """Carry out one request (a probe, a run or a --verify output) and send its result."""
-    watch_parent(lifeline_fd, scratch)
-    channel = Channel(channel_fd)
-    if request["kind"] == "probe":
-        channel.send("result", result=probe(request.get("backends") or list(BACKENDS)))
-        return
-    spec = RunSpec.from_json(request["spec"])
-    if request["kind"] == "verify":
-        channel.send("result", result=verify_outputs(spec, request["output"]))
-        return
-    started = time.perf_counter()
-    try:
-        result = measure(spec, channel)
-    except Exception as error:
-        traceback.print_exc()
-        status = "oom" if _is_oom(error) else "failed"
-        result = {"status": status, "error": f"{type(error).__name__}: {error}"}
-    result["worker_wall_s"] = time.perf_counter() - started
-    channel.send("result", result=result)
-
-
-def main() -> None:
-    """A fresh interpreter's worker: the request is stdin's first line, then stdin is the lifeline."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--channel-fd", type=int, required=True)
-    args = parser.parse_args()
-    request = json.loads(sys.stdin.buffer.readline())
-    serve(request, args.channel_fd, sys.stdin.fileno(), request.get("scratch"))
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@
 A run of several rank processes stores each rank's samples (``rank`` set): every rank times
 its own steps, and a reader may want to see how they spread. The job, though, moves at its
 slowest rank's pace, and the run's statistics (``median_step_ms`` and the rest) are the
-per-step slowest rank's (:mod:`tpubench.parallel.ranks`). A reader that samples a run's
+per-step slowest rank's (:mod:`tpubench.launch.ranks`). A reader that samples a run's
 steps (a comparison's test, its noise model, an export) takes :func:`job_steps`, so that a
 two-rank run gives one sample per step, not two that mix a fast rank with a slow one.
 """

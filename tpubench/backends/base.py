@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpubench.process import DEFAULT_WORKER_ENV
 from tpubench.spec import RunSpec
 
 if TYPE_CHECKING:  # torch is imported where a worker uses it: the registry stays light for the parent
@@ -29,6 +28,9 @@ if TYPE_CHECKING:  # torch is imported where a worker uses it: the registry stay
 
 #: how many devices a multi-device run may simulate where devices are simulated (gloo ranks
 #: sharing the host's CPUs, PJRT's virtual CPU devices); above it, runs are ``unavailable``
+#: what every worker but TorchTPU's runs with: an installed TPU plugin must not autoload (the
+#: launcher's fork server starts with it too, before any backend is chosen)
+DEFAULT_WORKER_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 SIMULATED_DEVICES_ENV = "TPUBENCH_SIMULATED_DEVICES"
 DEFAULT_SIMULATED_DEVICES = 8
 

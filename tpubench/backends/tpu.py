@@ -32,10 +32,11 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench import TpubenchWarning, peaks
+from tpubench import peaks
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
 from tpubench.spec import RunSpec
+from tpubench.warning import TpubenchWarning
 
 if TYPE_CHECKING:
     import torch
@@ -138,7 +139,7 @@ def chips_env(environ: Mapping[str, str], devices: int, devices_per_chip: int = 
     lists their chips (two devices per chip on v7), the first of the user's
     ``TPU_VISIBLE_CHIPS``, else chips 0, 1, ...; the one-chip bounds of :data:`PIN_DEFAULTS`
     are left out. TorchTPU pins each rank itself (one device per rank process, from
-    ``LOCAL_RANK``: :mod:`tpubench.parallel.ranks`); this list is what the runner locks and
+    ``LOCAL_RANK``: :mod:`tpubench.launch.ranks`); this list is what the runner locks and
     what the ranks are given. Read from TorchTPU's code, not yet run on a chip."""
     chips = -(-devices // devices_per_chip)
     visible = [part.strip() for part in environ.get("TPU_VISIBLE_CHIPS", "").split(",") if part.strip()]

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench import TpubenchWarning
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, simulated_device_limit
 from tpubench.backends.cpu import CpuBackend
@@ -38,6 +37,7 @@ from tpubench.backends.tpu import (
     tpu_pci_devices,
 )
 from tpubench.spec import RunSpec
+from tpubench.warning import TpubenchWarning
 
 if TYPE_CHECKING:
     import torch

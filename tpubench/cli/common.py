@@ -28,7 +28,7 @@ app = typer.Typer(
 
 def _print_version(wanted: bool) -> None:
     if wanted:
-        from tpubench import __version__
+        from tpubench.version import __version__
 
         print(f"tpubench {__version__}")
         raise typer.Exit()

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from tpubench import __version__
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, app, choose, console
 from tpubench.cli.planning import (
@@ -30,6 +29,7 @@ from tpubench.parallel.planning import missing_plan
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
 from tpubench.spec import PARALLEL_CHOICES, shape_label
+from tpubench.version import __version__
 
 if TYPE_CHECKING:
     from workloads import Workload

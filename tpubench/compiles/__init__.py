@@ -1,5 +1,5 @@
 """Why a run compiled, and what it cost: one event per compile, graph break, host read or
-fallback, captured in the worker (issue 26; the ``compiles`` table in docs/schema.md).
+fallback, captured in the worker (the ``compiles`` table in docs/schema.md).
 
 Each backend family has its own module, since each tells a different story:
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tpubench.process import worker_env
+from tpubench.launch.process import worker_env
+from tpubench.launch.zygote import zygote_for
 from tpubench.spec import RunSpec
-from tpubench.zygote import zygote_for
 
 #: an actor forwards a run's step-by-step progress at most this often (phase changes always)
 EVENT_INTERVAL_S = 0.25

@@ -4,27 +4,24 @@ a model over them.
 ``--parallel`` names the math (dp, fsdp, tp, fsdp_tp); each backend family implements it
 with its own idiomatic mechanism, from the workload's one :class:`workloads.ParallelPlan`:
 
-- the process families (cpu, cuda, tpu and their ``-compile`` twins) start N rank processes
+- the process families (cpu, cuda, tpu and their ``-compile`` twins) run N rank processes
   that talk through ``torch.distributed`` (gloo on 127.0.0.1, nccl, TorchTPU's
-  ``tpu_dist``), with DDP, FSDP2 and DTensor tensor parallelism (:mod:`.ranks`,
-  :mod:`.dtensor`);
+  ``tpu_dist``), with DDP, FSDP2 and DTensor tensor parallelism (:mod:`.dtensor`); the
+  processes themselves are started by :mod:`tpubench.launch.ranks`, a layer above;
 - the xla family runs one process over N PJRT devices with SPMD partition specs
   (:mod:`.spmd`): torch_xla's multiprocess mode is the legacy path, and aborts on CPU.
 
-This module is torch-free: the parent plans and labels runs with it.
+The plan is data the layers above read (backends, the worker, the launcher): this module is
+torch-free and imports none of its submodules, so the parent plans and labels runs with it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tpubench.spec import RunSpec
-
-if TYPE_CHECKING:
-    from tpubench.backends import Backend
-    from workloads import Instance
 
 #: the process families and the ``torch.distributed`` backend their ranks talk through
 PROCESS_FAMILIES = {"cpu": "gloo", "cuda": "nccl", "tpu": "tpu_dist"}
@@ -100,32 +97,6 @@ def spec_columns(spec: RunSpec) -> dict[str, Any]:
 def is_multi_process(spec: RunSpec) -> bool:
     """Whether the run's worker launches rank processes (rather than measuring itself)."""
     return spec.devices > 1 and family(spec.backend) in PROCESS_FAMILIES
-
-
-def apply(spec: RunSpec, backend: Backend, instance: Instance) -> Instance:
-    """Split ``instance`` (built whole, on this process's device, from the one seed) over the
-    run's devices: wrap or shard its model and give this rank its part of the global batch.
-    Unchanged for a one-device run."""
-    if spec.devices == 1 or spec.parallel == "none":
-        return instance
-    if family(spec.backend) in SPMD_FAMILIES:
-        from tpubench.parallel import spmd
-
-        return spmd.apply(spec, backend, instance)
-    from tpubench.parallel import dtensor
-
-    return dtensor.apply(spec, backend, instance)
-
-
-def agreement(spec: RunSpec) -> Any:
-    """``run_protocol``'s ``agree``: whether any rank's compile count changed in a warm-up
-    step, so that every rank takes the same number of steps (a rank that stops early
-    leaves the others waiting in a collective). Identity outside a rank process."""
-    if not is_multi_process(spec):
-        return None
-    from tpubench.parallel import ranks
-
-    return ranks.any_rank
 
 
 def ranks_env() -> dict[str, int] | None:

@@ -74,7 +74,7 @@ def apply(spec: RunSpec, backend: Backend, instance: Instance) -> Instance:
     """``instance`` split over the run's ranks: its model wrapped or sharded, its batch (and
     shape) this rank's slice, and its ``tp_size`` the degree its layers were split over."""
     if ranks_env() is None:
-        raise RuntimeError("a multi-device run of a process family measures in rank processes (parallel.ranks)")
+        raise RuntimeError("a multi-device run of a process family measures in rank processes (tpubench.launch.ranks)")
     layout = layout_of(spec)
     if spec.parallel == "tp" and layout.tp != spec.devices:
         raise ValueError(f"a tp run's tensor-parallel degree is its devices ({spec.devices}), not {layout.tp}")
@@ -132,3 +132,23 @@ def finish() -> None:
     """Leave the process group, once the rank is done with collectives."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def any_rank(changed: bool) -> bool:
+    """Whether ``changed`` holds on any rank (``run_protocol``'s ``agree``): all ranks then
+    take another warm-up step together. Every rank calls it at the same point."""
+    flag = torch.tensor([int(changed)], device=collective_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def collective_device() -> torch.device:
+    """Where the default group's collectives take their tensors: the rank's GPU for nccl,
+    its accelerator for TorchTPU, the host for gloo."""
+    name = dist.get_backend()
+    if name == "gloo":
+        return torch.device("cpu")
+    if name == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    accelerator = torch.accelerator.current_accelerator()
+    return accelerator if accelerator is not None else torch.device("cpu")

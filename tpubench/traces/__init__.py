@@ -16,26 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tpubench.analysis.categories import categorize
+from tpubench.traces.files import XPLANE_SUFFIX, locate
 from tpubench.traces.timeline import OpTotals, TraceError, TraceOps
 
 __all__ = ["TraceError", "ingest", "locate", "read_trace"]
-
-XPLANE_SUFFIX = ".xplane.pb"
-
-
-def locate(trace_path: Path) -> list[Path]:
-    """The files to read for a run's ``trace_path``: a Chrome trace file, or the xplane(s) of
-    the newest session under an XProf logdir (``plugins/profile/<session>/*.xplane.pb``,
-    one per host)."""
-    path = Path(trace_path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise TraceError(f"trace {path} does not exist")
-    sessions = sorted({found.parent for found in path.rglob(f"*{XPLANE_SUFFIX}")})
-    if not sessions:
-        raise TraceError(f"no *{XPLANE_SUFFIX} under {path}")
-    return sorted(sessions[-1].glob(f"*{XPLANE_SUFFIX}"))
 
 
 def read_trace(path: Path) -> TraceOps:

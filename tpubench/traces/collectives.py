@@ -43,7 +43,7 @@ import numpy as np
 
 from tpubench.analysis import collectives as intervals
 from tpubench.analysis.categories import categorize, hlo_category
-from tpubench.traces import XPLANE_SUFFIX, locate
+from tpubench.traces.files import XPLANE_SUFFIX, locate
 from tpubench.traces.timeline import TraceError
 
 #: host events that are communication itself, not a wrapper around it or a copy beside it

@@ -1,6 +1,6 @@
 """The factory route: ``--model pkg.mod:make_model`` or ``/path/file.py:make_model``.
 
-The contract (issue 25): ``make_model(**overrides) -> nn.Module``, called on the CPU under
+The contract: ``make_model(**overrides) -> nn.Module``, called on the CPU under
 tpubench's seed, touching neither a device nor the network (it is also called on the meta
 device, to count FLOPs and memory for free). Inputs come from ``--inputs
 mod:make_inputs`` (``make_inputs(batch_size, generator, **dims) -> dict | tuple``; the

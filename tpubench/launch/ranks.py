@@ -1,7 +1,7 @@
 """A multi-device run of a process family: N rank processes, and their rows merged into one.
 
 The run's worker becomes a launcher (:func:`measure_ranks`): it starts N fresh interpreters
-(:mod:`tpubench.parallel.rank`; fresh, not forked: CUDA cannot be forked once initialised
+(:mod:`tpubench.launch.rank`; fresh, not forked: CUDA cannot be forked once initialised
 and TorchTPU not at all) with torchrun's variables, and each rank runs the worker's own
 ``measure()`` on its device. The ranks stay in the worker's process group, so the
 runner's kill on a timeout takes them all, and each holds a lifeline pipe from the worker,
@@ -34,13 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from tpubench import worker
 from tpubench.backends import get_backend
 from tpubench.measure import Measurement, StepRecord
-from tpubench.parallel import family
+from tpubench.parallel import family, torchtpu_env
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
 
@@ -87,8 +85,6 @@ def family_env(spec: RunSpec) -> dict[str, str]:
         }
     if family(spec.backend) != "tpu":
         return {}
-    from tpubench.parallel import torchtpu_env
-
     availability = get_backend(spec.backend).availability()  # the PCI bus: no chip is opened
     chip = availability.device_name or None
     return torchtpu_env.launch_env(
@@ -141,7 +137,7 @@ def start_rank(spec: RunSpec, index: int, port: int, env: dict[str, str], scratc
     output = None if log is None else open(log, "wb")  # noqa: SIM115 (closed once the child holds it)
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tpubench.parallel.rank", "--channel-fd", str(write_fd)],
+            [sys.executable, "-m", "tpubench.launch.rank", "--channel-fd", str(write_fd)],
             stdin=subprocess.PIPE,
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
@@ -272,26 +268,6 @@ def wait_for_exit(ranks: list[Rank]) -> list[str]:
             rank.kill()
             notes.append(f"rank {rank.index} sent its result but had not exited {EXIT_GRACE_S:g} s later; killed")
     return notes
-
-
-def any_rank(changed: bool) -> bool:
-    """Whether ``changed`` holds on any rank (``run_protocol``'s ``agree``): all ranks then
-    take another warm-up step together. Every rank calls it at the same point."""
-    flag = torch.tensor([int(changed)], device=collective_device())
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
-
-
-def collective_device() -> torch.device:
-    """Where the default group's collectives take their tensors: the rank's GPU for nccl,
-    its accelerator for TorchTPU, the host for gloo."""
-    name = dist.get_backend()
-    if name == "gloo":
-        return torch.device("cpu")
-    if name == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    accelerator = torch.accelerator.current_accelerator()
-    return accelerator if accelerator is not None else torch.device("cpu")
 
 
 # --- the merge -------------------------------------------------------------------------

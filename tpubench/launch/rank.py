@@ -1,11 +1,11 @@
-"""One rank of a multi-device run: ``python -m tpubench.parallel.rank --channel-fd N``.
+"""One rank of a multi-device run: ``python -m tpubench.launch.rank --channel-fd N``.
 
-Started by :mod:`tpubench.parallel.ranks` with torchrun's variables and ``TPUBENCH_RANK``
+Started by :mod:`tpubench.launch.ranks` with torchrun's variables and ``TPUBENCH_RANK``
 set, the run's request as stdin's first line; stdin then stays open as the lifeline (the
 rank dies with its launcher). It measures with the worker's own ``measure()``, which
-sees it is a rank (:func:`tpubench.parallel.ranks_env`) and splits the model over the
-run's process group, and sends its result stamped with the time it was sent, so that the
-launcher can tell the rank that failed first from the peers its failure took down.
+splits the model over the run's process group (:func:`tpubench.worker.apply_plan`), and
+sends its result stamped with the time it was sent, so that the launcher can tell the
+rank that failed first from the peers its failure took down.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main() -> None:
         result = worker.measure(spec, channel)
     except Exception as error:
         traceback.print_exc()
-        status = "oom" if worker._is_oom(error) else "failed"
+        status = "oom" if worker.is_oom(error) else "failed"
         result = {"status": status, "error": f"{type(error).__name__}: {error}"}
     channel.send("result", result=result, at=time.monotonic())
     if result["status"] == "ok":  # after a failure a peer may be gone: the launcher kills the rest

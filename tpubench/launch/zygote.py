@@ -1,6 +1,6 @@
 """A fork server for worker processes: pay for ``import torch`` once, not once per run.
 
-Starting ``python -m tpubench.worker`` costs about 2 s here before a single step runs
+Starting ``python -m tpubench.launch.serve`` costs about 2 s here before a single step runs
 (torch, numpy and the backends are imported), so a tiny suite spent most of its time
 starting interpreters. The zygote imports the worker's modules once, computes nothing,
 and forks a child per run: each run still gets its own process (its own memory, its own
@@ -36,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: tpubench/launch/zygote.py
 MAX_MESSAGE = 1 << 20
 
 
@@ -52,7 +52,7 @@ class Zygote:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [python, "-m", "tpubench.zygote", str(theirs.fileno())],
+                [python, "-m", "tpubench.launch.zygote", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 cwd=PROJECT_ROOT,
@@ -132,13 +132,13 @@ def close_all() -> None:
         _ZYGOTES.popitem()[1].close()
 
 
-# --- the server side: runs as ``python -m tpubench.zygote FD`` -------------------------------
+# --- the server side: runs as ``python -m tpubench.launch.zygote FD`` -------------------------------
 
 
 def _preload() -> None:
     """Import what every worker imports. A failure here is left for the child to report."""
     with contextlib.suppress(Exception):
-        import tpubench.worker  # noqa: F401
+        import tpubench.launch.serve  # noqa: F401
 
 
 def _child(message: dict[str, Any], fds: list[int], inherited: list[int]) -> None:
@@ -158,9 +158,9 @@ def _child(message: dict[str, Any], fds: list[int], inherited: list[int]) -> Non
         os.environ.update(message["env"])
         os.environ["TMPDIR"] = message["scratch"]
         tempfile.tempdir = None  # re-read TMPDIR: temporary files go to the run's scratch folder
-        from tpubench import worker
+        from tpubench.launch import serve
 
-        worker.serve(message["request"], channel_fd, lifeline_fd, message["scratch"])
+        serve.serve(message["request"], channel_fd, lifeline_fd, message["scratch"])
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1

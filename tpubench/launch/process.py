@@ -5,7 +5,7 @@ exception, an abort, a segfault, the kernel's OOM killer, a hang) the parent get
 :class:`Outcome` and carries on. Ctrl-C (or SIGTERM) in the parent kills the worker's
 group and propagates, so the suite can save what it has.
 
-Workers start from a fork server (:mod:`tpubench.zygote`) that has already imported
+Workers start from a fork server (:mod:`tpubench.launch.zygote`) that has already imported
 torch, unless their backend cannot be forked safely (TorchTPU loads its runtime at
 import), in which case they are fresh interpreters. Either way a worker dies with its
 parent: it holds the read end of a *lifeline* pipe whose write end only the parent has,
@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpubench.zygote import PROJECT_ROOT, Zygote, ZygoteDied, zygote_for
+from tpubench.backends.base import DEFAULT_WORKER_ENV
+from tpubench.launch.zygote import PROJECT_ROOT, Zygote, ZygoteDied, zygote_for
 
 STDERR_TAIL_LINES = 40
 #: a worker that sent its result but does not exit (a runtime hanging in teardown) is
 #: killed after this long, and its result is kept
 RESULT_GRACE_S = 10.0
-#: what every worker but TorchTPU's runs with: an installed TPU plugin must not autoload
-DEFAULT_WORKER_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 
 @dataclass
@@ -145,7 +144,7 @@ def _start(
         finally:
             os.close(lifeline_read)
     process = subprocess.Popen(
-        [python, "-m", "tpubench.worker", "--channel-fd", str(channel_fd)],
+        [python, "-m", "tpubench.launch.serve", "--channel-fd", str(channel_fd)],
         stdin=subprocess.PIPE,
         stdout=log_fd,
         stderr=subprocess.STDOUT,
@@ -176,7 +175,7 @@ def run_worker(
     """Run one worker request (a probe, a run, a --verify output) and wait at most ``timeout_s``.
 
     ``fork`` starts it from the fork server for ``python`` and ``env``; otherwise (or if
-    that server cannot start) as ``python -m tpubench.worker``.
+    that server cannot start) as ``python -m tpubench.launch.serve``.
     """
     started = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="tpubench-run-")
