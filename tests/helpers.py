@@ -51,7 +51,7 @@ instance = build(workload, size, device="cpu", shape=shape)
 step = make_step(instance, instance.model, mode)
 for _ in range(2):
     step()
-estimate = workload.estimate_memory_bytes(workload.config(size), shape, mode, torch.float32)
+estimate = workload.memory_bytes(workload.config(size), shape, mode, torch.float32)
 print(json.dumps({"added": backend.peak_memory_bytes() - baseline, "estimate": estimate}))
 """
 

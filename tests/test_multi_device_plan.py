@@ -36,7 +36,7 @@ from tpubench.schema import RUNS
 from tpubench.spec import RunSpec
 from tpubench.worker import device_estimate, layout_columns, per_device_columns
 from workloads import ParallelPlan
-from workloads.base import FIXED_BYTES, Shape
+from workloads.base import RUNTIME_BYTES, Shape
 
 FAULTS = {"TPUBENCH_WORKLOAD_MODULES": "fault_workloads", "PYTHONPATH": str(Path(__file__).parent)}
 
@@ -251,16 +251,16 @@ def test_the_memory_estimate_is_per_device() -> None:
     workload = replace(
         _toy(), estimate_memory_bytes=lambda config, shape, mode, dtype: state + per_sample * shape.batch_size
     )
-    shape, runtime = Shape(8), FIXED_BYTES["train"]
+    shape, runtime = Shape(8), RUNTIME_BYTES["train"]
 
     def estimate(layout: Layout) -> int:
         return device_estimate(workload, 0, shape, "train", torch.float32, layout)
 
-    assert estimate(Layout(1, "none")) == state + 8 * per_sample
-    assert estimate(Layout(4, "dp")) == state + 2 * per_sample
-    assert estimate(Layout(4, "fsdp")) == runtime + (state - runtime) // 4 + 2 * per_sample
-    assert estimate(Layout(4, "tp", 4)) == runtime + (state - runtime) // 4 + 8 * per_sample
-    assert estimate(Layout(4, "fsdp_tp", 2)) == runtime + (state - runtime) // 4 + 4 * per_sample
+    assert estimate(Layout(1, "none")) == runtime + state + 8 * per_sample
+    assert estimate(Layout(4, "dp")) == runtime + state + 2 * per_sample
+    assert estimate(Layout(4, "fsdp")) == runtime + state // 4 + 2 * per_sample
+    assert estimate(Layout(4, "tp", 4)) == runtime + state // 4 + 8 * per_sample
+    assert estimate(Layout(4, "fsdp_tp", 2)) == runtime + state // 4 + 4 * per_sample
 
 
 def test_labels_and_the_summary_show_the_layout() -> None:

@@ -39,7 +39,7 @@ from tpubench.spec import RunSpec
 from tpubench.stats import summarize
 from tpubench.warning import TpubenchWarning
 from workloads import GENERATION_MODES, Instance, Shape, Workload, build
-from workloads.base import FIXED_BYTES
+from workloads.base import runtime_bytes
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
 BACKEND_COLUMNS = (
@@ -332,17 +332,16 @@ def device_estimate(
     with the batch (activations, logits, the KV cache: each device holds its share of the
     global batch) and the part that does not (weights, gradients, AdamW moments), which fsdp
     divides by the data-parallel degree, tp by the tensor-parallel one and fsdp_tp by both;
-    the runtime's fixed bytes stay whole. Tensor parallelism also splits some activations,
+    the runtime's allowance stays whole. Tensor parallelism also splits some activations,
     which this leaves whole, so a tp estimate errs high."""
-    estimate = workload.estimate_memory_bytes
     if layout.devices == 1:
-        return estimate(config, shape, mode, dtype)
-    one, two = (estimate(config, replace(shape, batch_size=batch), mode, dtype) for batch in (1, 2))
+        return workload.memory_bytes(config, shape, mode, dtype)
+    tensors = workload.estimate_memory_bytes
+    one, two = (tensors(config, replace(shape, batch_size=batch), mode, dtype) for batch in (1, 2))
     per_sample = max(two - one, 0)
     state = one - per_sample
-    runtime = min(FIXED_BYTES.get(mode, FIXED_BYTES["infer"]), state)
     shards = {"dp": 1, "fsdp": layout.dp, "tp": layout.tp, "fsdp_tp": layout.devices}[layout.parallel]
-    return runtime + (state - runtime) // shards + per_sample * (shape.batch_size // layout.dp)
+    return runtime_bytes(mode) + state // shards + per_sample * (shape.batch_size // layout.dp)
 
 
 def timing_columns(measured: Measurement) -> dict[str, Any]:

@@ -25,10 +25,17 @@ Batch = dict[str, torch.Tensor]
 
 #: what a memory estimate does not itemise: the allocator's fragmentation and temporaries
 ALLOCATOR_HEADROOM = 1.15
-#: what a run adds whatever the model's size: the first use of autograd, the optimizer and the
-#: math libraries, and the worker's own imports after its baseline. Tiny models (under 600k
-#: parameters) run through tpubench added up to 160 MiB in training and 75 MiB in inference
-FIXED_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
+#: what a run adds whatever the model's size, besides its tensors: the first use of autograd,
+#: the optimizer and the math libraries (kernels' code, allocator arenas), and the worker's own
+#: imports after its baseline. Tiny models (under 600k parameters) run through tpubench added
+#: up to 160 MiB in training and 75 MiB in inference. One allowance for every workload:
+#: :meth:`Workload.memory_bytes` adds it to the workload's estimate of its tensors.
+RUNTIME_BYTES = {"train": 192 * 2**20, "infer": 128 * 2**20}
+
+
+def runtime_bytes(mode: str) -> int:
+    """The runtime allowance of a run in ``mode`` (prefill and decode are inference)."""
+    return RUNTIME_BYTES["train" if mode == "train" else "infer"]
 
 
 #: the named dimensions a step's input can have besides its batch, in the order labels show them
@@ -133,6 +140,8 @@ class Workload:
     multiply-add, train = 3 x forward, attention over the full S x S), checked against
     ``torch.utils.flop_counter`` on the meta device in the tests. ``make_batch``, ``flops``
     and ``estimate_memory_bytes`` take a :class:`Shape` holding the dimensions in ``dims``.
+    ``estimate_memory_bytes`` counts the tensors a run holds at its peak;
+    :meth:`memory_bytes` adds the runtime's allowance, the same for every workload.
 
     ``suites`` are tags, the first the primary one (stored with each row); ``size_suites``
     adds tags to single sizes (``{"8b": ("mlperf",)}``: the sizes matching an MLPerf
@@ -180,6 +189,11 @@ class Workload:
     def suites_of(self, size: str) -> tuple[str, ...]:
         """Every suite ``size`` belongs to: the workload's, then the size's own."""
         return self.suites + tuple(s for s in self.size_suites.get(size, ()) if s not in self.suites)
+
+    def memory_bytes(self, config: Any, shape: Shape, mode: str, dtype: torch.dtype) -> int:
+        """What a run adds to its device at its peak: its tensors by the workload's estimate,
+        and the runtime's allowance (:data:`RUNTIME_BYTES`)."""
+        return self.estimate_memory_bytes(config, shape, mode, dtype) + runtime_bytes(mode)
 
     def config(self, size: str) -> Any:
         if size not in self.sizes:

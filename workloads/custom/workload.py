@@ -22,7 +22,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from workloads.base import (
     ALLOCATOR_HEADROOM,
-    FIXED_BYTES,
     GENERATION_MODES,
     MODES,
     Batch,
@@ -240,13 +239,14 @@ def weight_bytes(model: CustomModel, dtype: torch.dtype) -> int:
 
 
 def estimate_memory_bytes(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak: the weights (four copies to train: AdamW's
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime): the
+    weights (four copies to train: AdamW's
     two moments and its temporary), plus the peak bytes the measured step created (for train
     these include the gradients; for prefill/decode the static cache of the shape's length)."""
     copies = TRAIN_WEIGHT_COPIES if mode == "train" else 1
     step = measure(model, shape, mode, dtype)
     needed = copies * weight_bytes(model, dtype) + step.peak_bytes
-    return int(needed * ALLOCATOR_HEADROOM) + FIXED_BYTES["train" if mode == "train" else "infer"]
+    return int(needed * ALLOCATOR_HEADROOM)
 
 
 def generation_for(model: CustomModel) -> Generation:

@@ -294,23 +294,18 @@ def parameter_count(config: DiTConfig) -> int:
     return config.depth * block + embedders + final
 
 
-#: what the first steps page into a process besides tensors: kernels' code, the autograd engine,
-#: AdamW, allocator arenas. Measured as resident-set growth of tiny runs on the CPU (torch 2.13):
-#: up to 40 MB for inference and 130 MB for a training step; it dominates at tiny sizes only.
-RUNTIME_BYTES = {"train": 192 * 2**20, "infer": 64 * 2**20}
-
 #: what the estimate does not itemise: normalisation and modulation temporaries, the allocator's slack
 ALLOCATOR_HEADROOM = 1.25
 
 
 def estimate_memory_bytes(config: DiTConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak, used to refuse runs that cannot fit.
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime's
+    allowance), used to refuse runs that cannot fit.
 
     Training keeps weights, gradients and two AdamW moments, and every block's activations:
     per token about 24 d values (QKV, norms, modulated inputs, the two gated branches) and
     the MLP's 2 x mlp_ratio x d, plus the T x T scores and probabilities per head.
-    Inference keeps the weights and one block's activations. ``RUNTIME_BYTES`` covers what
-    is not tensors.
+    Inference keeps the weights and one block's activations.
     """
     element = torch.finfo(dtype).bits // 8
     tokens = config.tokens(shape.latent_size)
@@ -319,8 +314,8 @@ def estimate_memory_bytes(config: DiTConfig, shape: Shape, mode: str, dtype: tor
     weights = parameter_count(config) * element
     latents = 4 * shape.batch_size * LATENT_CHANNELS * shape.latent_size**2 * 4  # latents, noise, noised, output
     if mode == "train":
-        return int((4 * weights + config.depth * block + latents) * ALLOCATOR_HEADROOM) + RUNTIME_BYTES["train"]
-    return int((weights + block + latents) * ALLOCATOR_HEADROOM) + RUNTIME_BYTES["infer"]
+        return int((4 * weights + config.depth * block + latents) * ALLOCATOR_HEADROOM)
+    return int((weights + block + latents) * ALLOCATOR_HEADROOM)
 
 
 WORKLOAD = Workload(

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, ParallelPlan, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, Batch, ParallelPlan, Published, Shape, Workload
 
 MASK_TOKEN = 103  # [MASK] in BERT's WordPiece vocabulary
 MASKED_SHARE = 0.15
@@ -159,7 +159,8 @@ def parameter_count(config: BertConfig) -> int:
 
 
 def estimate_memory_bytes(config: BertConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak, so that runs that cannot fit are refused
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime),
+    so that runs that cannot fit are refused
     (checked against measured CPU peaks in the tests). Train keeps weights, gradients, two
     AdamW moments and the optimizer's temporary (five copies; without the fifth, base
     trained at 2,192 MiB against an estimate of 2,228), every layer's activations for
@@ -177,7 +178,7 @@ def estimate_memory_bytes(config: BertConfig, shape: Shape, mode: str, dtype: to
         needed = 5 * weights + config.n_layer * layer * element + logits
     else:
         needed = weights + layer * element
-    return int(needed * ALLOCATOR_HEADROOM) + FIXED_BYTES[mode]
+    return int(needed * ALLOCATOR_HEADROOM)
 
 
 WORKLOAD = Workload(

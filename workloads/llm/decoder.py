@@ -135,7 +135,8 @@ ALLOCATOR_HEADROOM = 1.15
 
 
 def estimate_memory_bytes(config: DecoderConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak, used to refuse runs that cannot fit.
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime), used to
+    refuse runs that cannot fit.
 
     Tested against real peaks (``tests/test_memory.py``): it must not be below them, or a
     run passes the check and is then killed by the OOM killer. Train keeps weights,

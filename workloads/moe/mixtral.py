@@ -250,21 +250,16 @@ def decode_bytes(config: MoEConfig, batch_size: int, cache_len: int, dtype: torc
     )
 
 
-#: what the first steps page into a process besides tensors: kernels' code, the autograd engine,
-#: AdamW, allocator arenas. Measured as resident-set growth of tiny runs on the CPU (torch 2.13):
-#: up to 40 MB for inference and 130 MB for a training step; it dominates at tiny sizes only.
-RUNTIME_BYTES = {"train": 192 * 2**20, "infer": 64 * 2**20}
-
-
 def estimate_memory_bytes(config: MoEConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak, used to refuse runs that cannot fit.
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime's
+    allowance), used to refuse runs that cannot fit.
 
     As decoder.estimate_memory_bytes: training keeps weights, gradients and two AdamW moments
     (16 bytes a parameter in float32: 750 GB at 8x7b) and every layer's activations;
     inference one layer's. A layer's activations are the attention's (10 d per token and
     the S x S scores per head) and the experts' slots (input, output and three d_ff-wide
     intermediates per slot). ``shape.seq_len`` in the generation modes is the cache's
-    length, prompt plus generated tokens. ``RUNTIME_BYTES`` covers what is not tensors.
+    length, prompt plus generated tokens.
     """
     element = torch.finfo(dtype).bits // 8
     tokens = shape.batch_size * shape.seq_len
@@ -279,7 +274,7 @@ def estimate_memory_bytes(config: MoEConfig, shape: Shape, mode: str, dtype: tor
         needed = weights + layer_activations + logits_bytes
         if mode in GENERATION_MODES:
             needed += decoder.kv_cache_bytes(config, shape.batch_size, shape.seq_len, dtype)
-    return int(needed * decoder.ALLOCATOR_HEADROOM) + RUNTIME_BYTES["train" if mode == "train" else "infer"]
+    return int(needed * decoder.ALLOCATOR_HEADROOM)
 
 
 WORKLOAD = Workload(

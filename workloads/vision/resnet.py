@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, ParallelPlan, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, ParallelPlan, Published, Shape, Workload
 from workloads.vision.common import classification_loss, conv_flops, logits, make_images
 
 
@@ -157,7 +157,8 @@ def parameter_count(config: ResNetConfig) -> int:
 
 
 def estimate_memory_bytes(config: ResNetConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak, so that runs that cannot fit are refused
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime),
+    so that runs that cannot fit are refused
     (``tests/test_workloads_vision_encoder.py`` checks it covers measured CPU peaks).
 
     Train keeps weights, gradients, two AdamW moments and the optimizer's temporary (five
@@ -176,7 +177,7 @@ def estimate_memory_bytes(config: ResNetConfig, shape: Shape, mode: str, dtype: 
         needed = 5 * weights + 3.5 * outputs * element + pool_indices
     else:
         needed = weights + 2 * outputs * element
-    return int((needed + pixels) * ALLOCATOR_HEADROOM) + FIXED_BYTES[mode]
+    return int((needed + pixels) * ALLOCATOR_HEADROOM)
 
 
 WORKLOAD = Workload(

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.base import ALLOCATOR_HEADROOM, FIXED_BYTES, Batch, ParallelPlan, Published, Shape, Workload
+from workloads.base import ALLOCATOR_HEADROOM, Batch, ParallelPlan, Published, Shape, Workload
 from workloads.vision.common import classification_loss, logits, make_images
 
 
@@ -133,7 +133,8 @@ def parameter_count(config: ViTConfig) -> int:
 
 
 def estimate_memory_bytes(config: ViTConfig, shape: Shape, mode: str, dtype: torch.dtype) -> int:
-    """What a run adds to its device at its peak, so that runs that cannot fit are refused
+    """The tensors a run holds at its peak (``Workload.memory_bytes`` adds the runtime),
+    so that runs that cannot fit are refused
     (checked against measured CPU peaks in the tests). Train keeps weights, gradients, two
     AdamW moments and the optimizer's temporary (five copies), and every block's
     activations for backward: about 10 d + 2 d_ff values per token, and the T x T scores
@@ -146,7 +147,7 @@ def estimate_memory_bytes(config: ViTConfig, shape: Shape, mode: str, dtype: tor
     pixels = batch * 3 * shape.image_size**2 * 4
     weights = parameter_count(config) * element
     needed = 5 * weights + config.n_layer * block * element if mode == "train" else weights + block * element
-    return int((needed + pixels) * ALLOCATOR_HEADROOM) + FIXED_BYTES[mode]
+    return int((needed + pixels) * ALLOCATOR_HEADROOM)
 
 
 WORKLOAD = Workload(
