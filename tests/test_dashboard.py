@@ -75,7 +75,7 @@ def relabel(results: Path, **columns: object) -> None:
 
 @pytest.fixture(scope="module")
 def merged(results: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """Two machines' stores and their merge, as README 'Several machines' has it: machine A's
+    """Two machines' stores and their merge, as docs/dashboard.md's 'Several machines' has it: machine A's
     is a copy of ``results`` plus a third night; machine B ran its own shape (another device
     kind's default) twice, one night before A's third, one after. Returns (A, B, merged)."""
     root = tmp_path_factory.mktemp("machines")

@@ -4,8 +4,8 @@ identity columns, and pairing on ``model_hash``.
 
 Real subprocesses and real parquet throughout: the user's model lives in ``tmp_path``,
 outside the repository, and is imported again by each worker. The XLA case runs on
-torch_xla's PJRT CPU device (no chip is faked). The README's own examples are run as
-written by ``test_the_readme_examples_run_as_written``.
+torch_xla's PJRT CPU device (no chip is faked). The examples of docs/workloads.md's
+"Benchmark your own model" are run as written by ``test_the_own_model_examples_run_as_written``.
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ if __name__ == "__main__":
 @pytest.mark.nightly
 @pytest.mark.parametrize("route", ["workload-module", "entry-point", "api"])
 def test_every_route_runs_on_cpu_compile_and_xla(route: str, user_dir: Path, tmp_path: Path, xla_python: str) -> None:
-    """The routes the README runs on cpu, on the compiled and XLA backends (the factory's own
+    """The routes docs/workloads.md runs on cpu, on the compiled and XLA backends (the factory's own
     test runs those already)."""
     site = tmp_path / "site"
     write_distribution(site, "tiny-plug", "gpt2-ep", "tiny_plug", "gpt2-ep")
@@ -429,18 +429,18 @@ def test_regressions_start_a_new_series_when_the_model_changes() -> None:
     assert changepoints.change_points(changed, "median_step_ms").empty  # two models, one series each
 
 
-# --- the README's section, as written ------------------------------------------------------------
+# --- docs/workloads.md's section, as written ------------------------------------------------------------
 
 
-def readme_blocks() -> list[tuple[str, str]]:
-    """The fenced blocks of README's "Benchmark your own model": (language, text)."""
-    text = (ROOT / "README.md").read_text()
+def own_model_blocks() -> list[tuple[str, str]]:
+    """The fenced blocks of docs/workloads.md's "Benchmark your own model": (language, text)."""
+    text = (ROOT / "docs" / "workloads.md").read_text()
     section = text.split("## Benchmark your own model", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
 
 
 @pytest.mark.slow
-def test_the_readme_examples_run_as_written(tmp_path: Path) -> None:
+def test_the_own_model_examples_run_as_written(tmp_path: Path) -> None:
     """Each file block (first line ``# path``) is written, each bash block run, in one folder.
     ``pip install`` goes to a folder of its own on PYTHONPATH (``PIP_TARGET``), so that the
     entry point is found the way an installed package's is, without touching this venv."""
@@ -454,7 +454,7 @@ def test_the_readme_examples_run_as_written(tmp_path: Path) -> None:
         "PIP_NO_BUILD_ISOLATION": "0",  # pip's inverted spelling: build with this venv's setuptools
     }
     commands = []
-    for language, block in readme_blocks():
+    for language, block in own_model_blocks():
         if language == "bash":
             commands.append(block)
             continue
@@ -477,8 +477,8 @@ def test_the_readme_examples_run_as_written(tmp_path: Path) -> None:
     assert f"{tmp_path / 'bench_mine.py'}:make_model" in outputs[4] and "train" in outputs[4]
 
 
-def test_readme_file_blocks_name_their_files() -> None:
-    blocks = readme_blocks()
+def test_own_model_file_blocks_name_their_files() -> None:
+    blocks = own_model_blocks()
     assert [language for language, _ in blocks].count("bash") == 5
     for language, block in blocks:
         if language != "bash":

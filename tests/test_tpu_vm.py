@@ -3,7 +3,8 @@
 Only the chip is faked: the (free, total) tuples are the ones TorchTPU 0.2.0's
 ``TpuAllocator::getMemoryInfo`` returns, the busy messages are libtpu's own, and a chip's
 VFIO group is a file that a real second process holds open. What needs a chip (the runtime
-honouring the pinning and cache variables) is listed in the README's TPU section.
+honouring the pinning and cache variables) is listed in docs/install-and-backends.md, "Setup on
+a TPU VM".
 """
 
 from __future__ import annotations

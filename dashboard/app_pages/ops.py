@@ -139,7 +139,8 @@ def main() -> None:
     st.caption(
         f"In a terminal: `tpubench ops --diff {other} {run_id} --results {where}`"
         if where
-        else "The two runs lie in different stores: merge them (README, Several machines) to diff them in a terminal."
+        else "The two runs lie in different stores: merge them (docs/dashboard.md, Several machines) "
+        "to diff them in a terminal."
     )
 
 

@@ -439,7 +439,7 @@ def simulated_power(
     and 4.6 ms), which a robust sd sees as a spread of 6% and the rank test as far more: the
     normal model said 10 runs per side catch a 10% slowdown, and 10 caught it in 8 pairs of
     20. Drawing from the measured values themselves predicted the calibration's detection
-    rates within a few pairs at every size (README "Calibration").
+    rates within a few pairs at every size (docs/regressions.md, "Calibration").
     """
     rng = np.random.default_rng(settings.seed)
     base = _smoothed_draws(noise, (SIMULATIONS, n_base), rng)

@@ -4,7 +4,7 @@ Run the suite ``--rounds`` times (round-robin, so repeats of one configuration a
 over the job and meet different moments of a noisy host), compare with the baseline,
 write the Markdown summary, the HTML report, the comparison as JSON and the parquet under
 ``--out``, and exit 1 on a regression. Why repeats: calibration on a shared host
-(``benchmarks/regression_calibration.py``, README "Regressions and reports") found that
+(``benchmarks/regression_calibration.py``, docs/regressions.md, "Calibration") found that
 between-process noise, not within-run noise, decides whether a verdict can be trusted,
 and only repeated runs measure it.
 
@@ -196,7 +196,7 @@ def ci_command(
         typer.Option(
             min=1,
             help="Intra-op threads of every run's worker (OMP_NUM_THREADS; recorded in each run's env). "
-            "The calibration's CPU nightly uses 1 (README Calibration). Default: the environment's.",
+            "The calibration's CPU nightly uses 1 (docs/regressions.md, 'Calibration'). Default: the environment's.",
         ),
     ] = None,
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every run; repeatable.")] = None,

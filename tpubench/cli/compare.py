@@ -76,7 +76,7 @@ def prices_from(path: Path | None) -> dict[str, Price]:
 
 STATISTIC_HELP = (
     "Each run's statistic of its step samples: median, p10 or min (a low quantile resists other processes "
-    "taking the CPU; see README 'Calibration')."
+    "taking the CPU; see docs/regressions.md, 'Calibration')."
 )
 
 
