@@ -73,3 +73,22 @@ def compile_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TPUBENCH_BACKEND_MODULES", "compile_workloads")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
     monkeypatch.syspath_prepend(str(TESTS_DIR))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Two things for CI's ``pytest -n 2`` (``--dist loadgroup``, pyproject's addopts):
+
+    - the tests that use a module-scoped fixture (a store written by real runs, a server) go
+      to one xdist worker together, which builds the fixture once; spread over both workers,
+      as ``--dist load`` spreads a module's tests, each worker built its own copy;
+    - the ``slow`` tests come first, so that the workers' last tests are short ones and
+      neither waits long for the other at the end.
+    """
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values() if defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected
