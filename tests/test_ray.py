@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ROOT, command
+from helpers import ROOT
 
 from tpubench import store
 
@@ -31,38 +31,14 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="unshare -n needs root"),
 ]
 
-RUN = (
-    "run --workload fault-ok --workload fault-segfault --backend cpu --backend tpu --backend cuda "
-    "--mode infer --steps 2 --warmup 1"
-)
 
-
-@pytest.fixture(scope="module")
-def fault_env() -> None:
-    """The test-only fault workloads in this process, for the local run compared with Ray's."""
-    tests = str(Path(__file__).resolve().parent)
-    saved = {key: os.environ.get(key) for key in ("TPUBENCH_WORKLOAD_MODULES", "PYTHONPATH")}
-    os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads"
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, saved["PYTHONPATH"]]))
-    yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-def test_a_suite_on_ray_gives_the_rows_a_local_run_gives(fault_env: None, tmp_path: Path) -> None:
-    """The local suite runs beside the Ray one, on the same host's CPU lock (this session's
-    TPUBENCH_LOCK_DIR, which the cluster's actors inherit)."""
+def test_a_suite_on_ray_gives_the_rows_a_local_run_gives(tmp_path: Path) -> None:
+    """The scenario runs the same suite locally beside the Ray one, on the same host's CPU
+    lock (this session's TPUBENCH_LOCK_DIR, which the cluster's actors inherit)."""
     on_ray, local = tmp_path / "ray", tmp_path / "local"
-    local_run = subprocess.Popen(
-        command(f"{RUN} --results {local}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
-    )
-    seen = scenario("suite", on_ray)  # ray_scenarios.py runs the same RUN line
-    local_output, _ = local_run.communicate(timeout=600)
-    assert local_run.returncode == 0, local_output
+    seen = scenario("suite", on_ray)  # one suite line, on Ray and locally (ray_scenarios.py)
     assert seen["returncode"] == 0 and seen["env_returncode"] == 0, seen["output"]
+    assert seen["local_returncode"] == 0, seen["local_output"]
     fleet = json.loads(seen["env"][seen["env"].index("[\n") :])
     assert len(fleet) == 1 and "TPU 4" in fleet[0]["kind"] and fleet[0]["backends"]["cpu"]["available"]
 
