@@ -98,9 +98,40 @@ def step_row(frame: pd.DataFrame) -> dict:
 
 
 def test_same_code_repeated_is_unchanged():
-    row = step_row(compared(side("a", [10.0, 10.1, 9.9]), side("b", [10.05, 9.95, 10.0])))
-    assert row["verdict"] == "unchanged"
-    assert row["ci_low"] < 1 < row["ci_high"]
+    row = step_row(compared(side("a", [10.0, 10.1, 9.9, 10.0, 10.02]), side("b", [10.05, 9.95, 10.0, 9.98, 10.03])))
+    assert row["verdict"] == "unchanged" and "within the 5% threshold (the whole CI)" in row["reason"]
+    assert 1 / 1.05 < row["ci_low"] < 1 < row["ci_high"] < 1.05
+
+
+def test_unchanged_needs_the_whole_ci_within_the_threshold():
+    """Runs of 5, 10, 15, 20 and 25 ms on both nights: the medians agree, but a CI of about
+    -50% .. +100% cannot tell a 20% slowdown from none. That is inconclusive, and the reason
+    says about how many runs per side would decide it; never unchanged, never "no regression"."""
+    spread = [5.0, 10.0, 15.0, 20.0, 25.0]
+    frame = compared(side("a", spread), side("b", spread[::-1]))
+    row = step_row(frame)
+    assert row["verdict"] == "inconclusive" and "more than 1000 runs per side would be needed" in row["reason"]
+    assert compare.overall_verdict(frame) == "inconclusive"
+    # ±10% between runs: a handful more runs would do
+    frame = compared(side("a", [9.0, 9.5, 10.0, 10.5, 11.0]), side("b", [9.1, 9.4, 10.0, 10.6, 10.9]))
+    row = step_row(frame)
+    assert 1 / 1.05 < row["ratio"] < 1.05 and (row["ci_low"] < 1 / 1.05 or row["ci_high"] > 1.05)
+    assert row["verdict"] == "inconclusive", row["reason"]
+    assert "within the 5% threshold, but its CI reaches beyond it" in row["reason"]
+    needed = compare.runs_to_decide(row["ratio"], row["ci_low"], row["ci_high"], 5, 5, 0.05, 5)
+    assert needed > 5 and f"about {needed} runs per side would decide it" in row["reason"]
+    assert compare.overall_verdict(frame) == "inconclusive"
+    # fewer runs than a verdict needs: not unchanged however tight the CI, and the reason says so
+    few = step_row(compared(side("a", BASE[:3]), side("b", BASE[:3])))
+    assert few["verdict"] == "inconclusive" and "3 vs 3 run(s): a verdict needs 5 runs per side" in few["reason"]
+
+
+def test_runs_to_decide_scales_the_ci_as_one_over_root_runs():
+    """A CI twice as wide as the room left to the threshold needs four times the runs."""
+    room = math.log(1.05)
+    assert compare.runs_to_decide(1.0, math.exp(-2 * room), math.exp(2 * room), 5, 5, 0.05, 5) == 20
+    assert compare.runs_to_decide(1.0, 0.99, 1.01, 5, 5, 0.05, 5) == 5  # already narrow: the minimum
+    assert compare.runs_to_decide(1.06, 1.0, 1.1, 5, 5, 0.05, 5) is None  # beyond: no number of runs
 
 
 BASE = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
@@ -159,7 +190,7 @@ def test_a_night_that_decided_nothing_is_inconclusive_never_no_regression():
     assert compare.overall_verdict(slower) == "inconclusive"
     assert "2 run(s) on a side, and a verdict needs 5 per side" in compare.overall_reason(slower)
     same = compared(side("a", BASE[:2]), side("b", BASE[:2]))
-    assert step_row(same)["verdict"] == "unchanged" and compare.overall_verdict(same) == "inconclusive"
+    assert step_row(same)["verdict"] == "inconclusive" and compare.overall_verdict(same) == "inconclusive"
     assert compare.overall_verdict(compared(side("a", BASE), side("b", BASE))) == "no regression"
     assert compare.overall_verdict(compared(side("a", BASE), side("b", [1.2 * m for m in BASE]))) == "regressed"
     report = build_report(runs_frame(side("b", BASE[:2])[0]), comparison=slower, baseline="night1")

@@ -20,12 +20,15 @@ one process. The unit of replication is therefore the *run*, and a verdict needs
    steps), p below :attr:`Settings.alpha`.
 
 A change that passes 2 but not 1 or 3 is ``inconclusive`` (more runs would tell), never a
-regression. Each row also gives the smallest change its runs could detect reliably
-(``detectable_pct``: 95% power at ``alpha`` for the measured between-run spread), so a
-report says when a night had too few runs to see a 10% slowdown; it comes from replaying
-the verdict on draws from the runs' own statistics (:func:`simulated_power`), because a
-shared host's per-run statistics are not normal. Status, new recompilations and new
-CPU-fallback ops regress whatever the numbers say.
+regression. ``unchanged`` is shown, not assumed: it needs the whole CI within ±threshold
+(an equivalence test, as TOST does) over at least ``min_runs`` runs per side; a ratio within
+the threshold whose CI reaches beyond it is ``inconclusive`` too, and its reason says about
+how many runs per side would decide it (:func:`runs_to_decide`). Each row also gives the
+smallest change its runs could detect reliably (``detectable_pct``: 95% power at ``alpha``
+for the measured between-run spread), so a report says when a night had too few runs to see
+a 10% slowdown; it comes from replaying the verdict on draws from the runs' own statistics
+(:func:`simulated_power`), because a shared host's per-run statistics are not normal.
+Status, new recompilations and new CPU-fallback ops regress whatever the numbers say.
 """
 
 from __future__ import annotations
@@ -614,10 +617,61 @@ def sampled_verdict(
         )
         found.update(verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}){likely}{power}{busy}")
     else:
-        found.update(
-            verdict="unchanged", reason=f"{change}, within the {100 * metric.threshold:g}% threshold{power}{busy}"
-        )
+        found.update(_equivalence(ratio, ci_low, ci_high, len(base_runs), len(test_runs), metric, settings))
+        found["reason"] = f"{change}{found['reason']}{power}{busy}"
     return found
+
+
+def _equivalence(
+    ratio: float, ci_low: float, ci_high: float, n_base: int, n_test: int, metric: Metric, settings: Settings
+) -> dict[str, str]:
+    """The verdict of a change whose point estimate lies within the threshold, and the tail of
+    its reason. ``unchanged`` only when the whole CI lies within ±threshold, over at least
+    :attr:`Settings.min_runs` runs per side: an equivalence test (what TOST does), so that a
+    night whose runs vary too much to tell a 20% change from none is ``inconclusive``, not
+    ``unchanged`` (a model whose runs took 5 to 25 ms, the same both nights, read unchanged
+    with a CI of -50% .. +100%). With fewer runs the CI does not yet carry the noise between
+    runs, which is what misleads on a shared host."""
+    bound = 1 + metric.threshold
+    threshold = f"the {100 * metric.threshold:g}% threshold"
+    within = 1 / bound < ci_low and ci_high < bound
+    enough = min(n_base, n_test) >= settings.min_runs
+    if within and enough:
+        return {"verdict": "unchanged", "reason": f", within {threshold} (the whole CI)"}
+    needed = runs_to_decide(ratio, ci_low, ci_high, n_base, n_test, metric.threshold, settings.min_runs)
+    if needed is None:
+        decide = f"no number of runs would decide it: the change lies on {threshold}"
+    elif needed > MOST_RUNS_NAMED:
+        decide = f"more than {MOST_RUNS_NAMED} runs per side would be needed to decide it"
+    else:
+        decide = f"about {needed} runs per side would decide it (the CI narrows as 1/√runs)"
+    if not within:
+        why = f"within {threshold}, but its CI reaches beyond it, so no change is not shown"
+    else:
+        why = f"within {threshold}, but {n_base} vs {n_test} run(s): a verdict needs {settings.min_runs} runs per side"
+    return {"verdict": "inconclusive", "reason": f": {why}; {decide}"}
+
+
+#: the most runs per side an inconclusive reason names (beyond it: "more than")
+MOST_RUNS_NAMED = 1000
+
+
+def runs_to_decide(
+    ratio: float, ci_low: float, ci_high: float, n_base: int, n_test: int, threshold: float, min_runs: int
+) -> int | None:
+    """About how many runs per side would bring a CI around ``ratio`` within ±``threshold``,
+    the CI's half-widths (in log space) shrinking as 1/√runs, as a bootstrap's over runs does:
+    the variance of the log ratio goes as 1/n_base + 1/n_test, which N runs per side make 2/N.
+    At least ``min_runs``; None when ``ratio`` itself is not within the threshold (no number of
+    runs shows equivalence then)."""
+    room = math.log1p(threshold)
+    centre = math.log(ratio)
+    if abs(centre) >= room:
+        return None
+    factor = max(math.log(ci_high) - centre, 0.0) / (room - centre)
+    factor = max(factor, max(centre - math.log(ci_low), 0.0) / (room + centre))
+    needed = 2 * factor**2 / (1 / n_base + 1 / n_test)
+    return max(min_runs, math.ceil(needed - 1e-9))  # 20.000000001 is 20
 
 
 @cache
