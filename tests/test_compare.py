@@ -17,7 +17,7 @@ from scipy import stats
 
 from reports import build_report, html, markdown
 from reports.pytorch_benchmark import records
-from tpubench.analysis import changepoints, compare, prices
+from tpubench.analysis import changepoints, compare, identity, prices
 from tpubench.analysis.select import NoRunsMatch, SelectorError, select_runs
 from tpubench.analysis.steps import job_steps
 from tpubench.schema import RUNS, STEPS
@@ -660,3 +660,57 @@ def test_a_count_metric_with_zeros_has_change_points_not_a_crash():
     assert row["change_pct"] == math.inf and row["direction"] == "regression"
     frame["recompiles_after_warmup"] = 0
     assert changepoints.change_points(frame, "recompiles_after_warmup").empty
+
+
+def _configurations() -> pd.DataFrame:
+    """gpt2 on one device and on two (dp), and two models under one hf:bert reference (two
+    model hashes): four configurations, each with three nights of one run."""
+    rows = []
+    for night in range(3):
+        common = {"invocation_id": f"night{night}", "started_at": f"2026-11-{10 + night:02d}T00:00:00Z"}
+        rows += [
+            {**common, "run_id": f"one{night}", "median_step_ms": 10.0},
+            {**common, "run_id": f"two{night}", "median_step_ms": 6.0, "devices": 2, "parallel": "dp",
+             "scaling": "weak"},
+            *(
+                {**common, "run_id": f"{model}{night}", "workload": "hf:bert", "size": "default", "model_hash": model,
+                 "median_step_ms": ms}
+                for model, ms in (("aaaa1111bbbb", 3.0), ("cccc2222dddd", 30.0))
+            ),
+        ]  # fmt: skip
+    return runs_frame(rows)
+
+
+def test_every_reader_keeps_a_configuration_apart_from_another_layout_or_model():
+    """Summaries, reports, regressions/Trends and the HUD export group by one identity (the run
+    key of tpubench.spec plus the device): 1- and 2-device runs of one model are two figures, and
+    two models under one reference two series, each labelled apart."""
+    runs = _configurations()
+    summary = build_report(runs).summary
+    assert len(summary) == 4 and sorted(summary["median_step_ms"]) == [3.0, 6.0, 10.0, 30.0]
+    points = changepoints.series_points(runs)
+    assert points.groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups == 4
+    labels = set(identity.config_labels(summary, backend=True))
+    assert len(labels) == 4 and "gpt2/tiny infer float32 4x128 dp2 cpu (AMD EPYC)" in labels
+    assert "hf:bert/default infer float32 4x128 cpu (AMD EPYC) model aaaa1111" in labels
+    page = markdown.render(build_report(runs))
+    assert "dp2" in page and "model cccc2222" in page
+    hud = records(runs, steps_frame([]))
+    assert {r["benchmark"]["extra_info"].get("model_hash") for r in hud if r["metric"]["name"] == "step_ms"} == {
+        None,
+        "aaaa1111bbbb",
+        "cccc2222dddd",
+    }
+
+
+def test_a_one_device_run_is_one_whatever_plan_it_was_started_under():
+    """--devices 1,2 --parallel fsdp's 1-device runs apply no plan (tpubench.parallel.apply),
+    so they are the same computation as plain runs: Compare pairs them, and every reader
+    labels them as one device, as Scaling takes them for every plan's N = 1."""
+    plain = side("a", BASE)
+    fsdp = side("b", BASE, parallel="fsdp", scaling="weak")
+    frame = compared(plain, fsdp)
+    assert "unpaired" not in set(frame["verdict"]) and step_row(frame)["verdict"] == "unchanged"
+    keyed = identity.configurations(runs_frame(fsdp[0]))
+    assert set(keyed["parallel"]) == {"none"} and keyed["scaling"].isna().all()
+    assert set(identity.config_labels(runs_frame(fsdp[0]))) == {"gpt2/tiny infer float32 4x128"}

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from tpubench.analysis import compare
+from tpubench.analysis.identity import config_labels
 from tpubench.analysis.select import SelectorError
 
 HOW = {
@@ -102,7 +103,7 @@ def verdict_table(frame: pd.DataFrame, show_all: bool) -> pd.DataFrame:
     unit = shown["unit"].astype("string").fillna("")
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(shown),
+            "configuration": config_labels(shown),
             "backend": backend.where(~differs, base_backend + " → " + test_backend),
             "metric": shown["metric"].astype("string") + unit.map(lambda u: f" ({u})" if u else ""),
             "baseline": pd.to_numeric(shown["base_value"]),
@@ -128,7 +129,7 @@ def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
     percent = lambda v: None if pd.isna(v) else 100 * v  # noqa: E731
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(cross),
+            "configuration": config_labels(cross),
             "baseline": cross["base_backend"] + " (" + cross["base_device"].fillna("?") + ")",
             "candidate": cross["test_backend"] + " (" + cross["test_device"].fillna("?") + ")",
             "baseline ms": cross["base_step_ms"],

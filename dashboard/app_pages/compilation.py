@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 from tpubench.analysis import compiles as analysis
+from tpubench.analysis.identity import config_labels
 
 
 def fallbacks(runs: pd.DataFrame) -> pd.DataFrame:
@@ -26,7 +27,7 @@ def facts(runs: pd.DataFrame, fallback: pd.DataFrame) -> pd.DataFrame:
     per_run = fallback.groupby("run_id")["op"].apply(lambda ops: ", ".join(sorted(ops))).astype("string")
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(runs),
+            "configuration": config_labels(runs),
             "backend": runs["backend"],
             "status": runs["status"],
             "first step s": runs["first_step_s"],

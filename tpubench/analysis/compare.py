@@ -45,18 +45,19 @@ import pandas as pd
 from scipy import stats
 
 from tpubench.analysis.compiles import top_cause
+from tpubench.analysis.identity import CONFIG_KEYS, configurations
 from tpubench.analysis.steps import job_steps
 from tpubench.hostload import BUSY_SHARE, is_busy
-from tpubench.spec import KEY_FIELDS
 
 #: also shared, unless the two selections have none in common (GPU against TPU)
 SIDE_KEYS = ("backend", "device")
-#: what two runs must share to be compared: a run's identity (``--resume``'s) but for the
-#: sides compared. ``model_hash`` (a user's model's config or source) keeps a changed model
-#: from pairing with its old self; registered workloads' rows have it null, and pair as
-#: before; a multi-device run pairs only with the same layout (device count, plan,
-#: tensor-parallel degree, scaling: ``batch_size`` is its global batch)
-PAIR_KEYS = tuple(key for key in KEY_FIELDS if key not in SIDE_KEYS)
+#: what two runs must share to be compared: their configuration
+#: (:data:`tpubench.analysis.identity.CONFIG_KEYS`) but for the sides compared.
+#: ``model_hash`` (a user's model's config or source) keeps a changed model from pairing with
+#: its old self; registered workloads' rows have it null, and pair as before; a multi-device
+#: run pairs only with the same layout (device count, plan, tensor-parallel degree, scaling:
+#: ``batch_size`` is its global batch), and a 1-device run with any other 1-device run
+PAIR_KEYS = tuple(key for key in CONFIG_KEYS if key not in SIDE_KEYS)
 #: statuses that measured nothing: left out of comparisons
 UNTIMED = frozenset({"unavailable", "skipped"})
 #: a candidate in one of these, where the baseline was ok, has regressed
@@ -209,7 +210,7 @@ def compare_runs(
     compile regression name its cause and source line. Columns: :data:`COLUMNS`.
     """
     settings = settings or Settings()
-    baseline_runs, candidate_runs = _timed(baseline_runs), _timed(candidate_runs)
+    baseline_runs, candidate_runs = configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs))
     keys = keys or pair_keys(baseline_runs, candidate_runs)
     steps = job_steps(pd.concat([baseline_steps, candidate_steps], ignore_index=True))
     steps = steps[steps["phase"] == "measure"]
@@ -504,7 +505,7 @@ def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings)
     steps = job_steps(steps)
     measured = steps[steps["phase"] == "measure"].groupby("run_id")["step_ms"]
     statistic = measured.quantile(settings.quantile).rename("statistic")
-    ok = runs[runs["status"] == "ok"].join(statistic, on="run_id").dropna(subset=["statistic"])
+    ok = configurations(runs[runs["status"] == "ok"]).join(statistic, on="run_id").dropna(subset=["statistic"])
     rows = []
     for key, group in ok.groupby(keys, dropna=False, sort=True):
         statistics = group["statistic"].to_numpy(dtype=float)
@@ -940,7 +941,10 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
             f"{prefix}_tokens_per_usd": tokens_per_s * 3600 / price if price and tokens_per_s else None,
         }
 
-    ok = [runs[(runs["status"] == "ok") & runs["median_step_ms"].notna()] for runs in (baseline_runs, candidate_runs)]
+    ok = [
+        configurations(runs[(runs["status"] == "ok") & runs["median_step_ms"].notna()])
+        for runs in (baseline_runs, candidate_runs)
+    ]
     keys = list(PAIR_KEYS)
     base_groups, test_groups = _groups(ok[0], keys), _groups(ok[1], keys)
     rows = []

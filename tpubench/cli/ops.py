@@ -20,9 +20,9 @@ from rich.table import Table
 from tpubench import peaks, store, viewer
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, SOURCES
+from tpubench.analysis.identity import config_labels
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.spec import shape_label
 from tpubench.store import StoreError
 from tpubench.traces import TraceError, ingest, locate
 
@@ -59,10 +59,8 @@ def _value(run: dict[str, Any], key: str) -> Any:
 
 
 def _label(run: dict[str, Any]) -> str:
-    return (
-        f"{run['workload']}/{run['size']} {run['backend']} {run['mode']} {run['dtype']} "
-        f"{shape_label(run['batch_size'], run, run.get('gen_len'))}"
-    )
+    """The run's configuration as every reader labels it (:func:`config_labels`), with its backend."""
+    return str(config_labels(pd.DataFrame([run]), backend=True).iloc[0])
 
 
 def _find_run(results_dir: Path | str, run_id: str) -> dict[str, Any]:
