@@ -4,6 +4,7 @@ whole thing served by `tpubench dashboard` and driven in headless Chromium."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import urllib.request
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -329,6 +331,13 @@ def test_run_details_of_a_multi_device_run_show_its_layout(serve, results: Path)
     assert (config["global_batch_size"], config["per_device_batch_size"]) == ("4", "2")  # weak: 2 per rank
     measured = frames(app)[1].set_index("field")["value"]
     assert measured["rank_skew_pct"] and measured["tokens_per_s_per_device"]
+    # the histogram is the job's steps (each step's slowest rank), as its median is, not both ranks'
+    (histogram,) = (json.loads(chart.proto.spec)["data"] for chart in app.get("plotly_chart"))
+    steps = store.load_steps(results, run_id=[two], phase="measure")
+    drawn = histogram[0]["x"]  # plotly's typed array: base64 of float64 values
+    drawn = np.frombuffer(base64.b64decode(drawn["bdata"]), dtype=drawn["dtype"]) if "bdata" in drawn else drawn
+    assert steps["rank"].nunique() == 2 and len(drawn) == steps["step"].nunique()
+    assert sorted(drawn) == sorted(steps.groupby("step")["step_ms"].max())
 
 
 def test_overview_marks_runs_measured_on_a_busy_host(serve, results: Path, tmp_path: Path) -> None:
