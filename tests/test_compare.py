@@ -714,3 +714,23 @@ def test_a_one_device_run_is_one_whatever_plan_it_was_started_under():
     keyed = identity.configurations(runs_frame(fsdp[0]))
     assert set(keyed["parallel"]) == {"none"} and keyed["scaling"].isna().all()
     assert set(identity.config_labels(runs_frame(fsdp[0]))) == {"gpt2/tiny infer float32 4x128"}
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_rank_test_gives_scipys_p_values(ties):
+    """Verdicts take their p-value from tpubench.analysis.ranktest (numpy; scipy.stats cost
+    compare a second of start-up): the same p as scipy's mannwhitneyu(method="auto"), exact and
+    asymptotic, one pair of samples or one per row."""
+    from tpubench.analysis.ranktest import mann_whitney_p
+
+    rng = np.random.default_rng(3)
+    for n_test, n_base in ((1, 1), (2, 5), (5, 5), (8, 9), (9, 9), (12, 40), (50, 50)):
+        for _ in range(10):
+            test, base = rng.normal(0.3, 1, n_test), rng.normal(0, 1, n_base)
+            if ties:
+                test, base = test.round(1), base.round(1)
+            expected = stats.mannwhitneyu(test, base, method="auto").pvalue
+            assert mann_whitney_p(test, base) == pytest.approx(expected, abs=1e-12), (n_test, n_base)
+        rows_test, rows_base = rng.normal(0.3, 1, (50, n_test)), rng.normal(0, 1, (50, n_base))
+        expected = stats.mannwhitneyu(rows_test, rows_base, axis=1, method="auto").pvalue
+        assert mann_whitney_p(rows_test, rows_base) == pytest.approx(expected, abs=1e-12)
