@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tpubench import store
-from tpubench.analysis import changepoints, compare
+from tpubench.analysis import compare
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
-from tpubench.analysis.identity import config_labels, configurations
+from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.cli.common import BadInput, app, console
@@ -300,6 +300,7 @@ def regressions_command(
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when a change point is a regression.")] = False,
 ) -> None:
     """Change points in each series' history, and the invocation and git sha that introduced each."""
+    from tpubench.analysis import changepoints  # ruptures and scipy: only the command that needs them
     from tpubench.schema import RUNS
 
     numeric = [f.name for f in RUNS if f.type in ("double", "int64") and f.name not in compare.PAIR_KEYS]
@@ -311,8 +312,8 @@ def regressions_command(
     found = changepoints.change_points(runs, metric, settings)
     if metric in COMPILE_METRICS and not found.empty:  # what compiled after warm-up, and where
         compiles = store.load_compiles(results, invocation_id=list(found["invocation_id"]))
-        found["cause"] = change_point_causes(found, configurations(runs), compiles, changepoints.SERIES_KEYS)
-    series = configurations(runs[runs["status"] == "ok"]).groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups
+        found["cause"] = change_point_causes(found, configurations(runs), compiles, CONFIG_KEYS)
+    series = configurations(runs[runs["status"] == "ok"]).groupby(list(CONFIG_KEYS), dropna=False).ngroups
     if as_json:
         print(json.dumps(_records(found), indent=1))
     else:
