@@ -309,6 +309,33 @@ def test_commands_that_read_a_store_never_import_torch(two_sides, tmp_path, line
     assert "tpubench.cli" in imported and "torch" not in imported
 
 
+def _imported(argv: list[str]) -> set[str]:
+    """The modules a ``python -X importtime -m tpubench`` process imported (it must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tpubench", *argv], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")}
+
+
+def test_version_and_compare_import_neither_torch_nor_scipy(two_sides):
+    """A read command starts in a blink: --version loads no command (it took 2.3 s with pandas
+    and scipy, through ruptures), and compare's rank test is numpy's, not scipy.stats's. The
+    times are benchmarks/startup.py's."""
+    version = _imported(["--version"])
+    assert "tpubench.cli" in version and not version & {"torch", "scipy", "pandas", "ruptures"}
+    line = ["compare", "--baseline", "tag.side=a", "--candidate", "tag.side=b", "--results", str(two_sides)]
+    compared = _imported(line)
+    assert "tpubench.analysis.compare" in compared and not compared & {"torch", "scipy", "ruptures", "streamlit", "ray"}
+
+
+def test_list_counts_parameters_without_importing_dynamo():
+    """``tpubench list`` builds each size on the meta device to count its parameters; computing
+    on meta tensors runs torch's Python references, which import torch._dynamo (6 s here)."""
+    imported = _imported(["list", "--json"])
+    assert "torch" in imported and "torch._dynamo" not in imported
+
+
 def test_regressions_on_a_short_history_finds_nothing_and_says_so(two_sides):
     done = tpubench("regressions --since 2000-01-01 --results", str(two_sides))
     assert done.returncode == 0, done.stderr
