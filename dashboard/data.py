@@ -43,6 +43,7 @@ INDEX_COLUMNS = (
     "status",
     "tags",
     "trace_path",
+    "compile_count",  # what the Compilation page opens on: the latest invocation that compiled a graph
 )
 #: one configuration: what a series follows over time and a comparison pairs on
 CONFIG_KEYS = identity.CONFIG_KEYS
@@ -205,25 +206,32 @@ class Nights:
     latest: str
     before: str | None  # None: no earlier invocation ran any of the latest's configurations
     passed_over: tuple[str, ...] = ()  # more recent than ``before``, with none of the latest's configurations
+    #: newer than ``latest``, each with no earlier invocation that ran one of its configurations
+    skipped: tuple[str, ...] = ()
 
 
 def last_two_nights(runs: pd.DataFrame) -> Nights | None:
-    """The latest invocation and "the one before": the latest earlier invocation that ran any
-    of the latest's configurations (:data:`CONFIG_KEYS`: same
-    workload, shape, backend and device). In a store merged from several machines the
-    invocation just before is often another machine's, with other devices or default shapes:
-    compared with it, nothing pairs. None with fewer than two invocations."""
+    """The latest invocation that has something to compare with, and "the one before": the
+    latest earlier invocation that ran any of its configurations (:data:`CONFIG_KEYS`: same
+    workload, shape, layout, backend and device). Newer invocations with no such earlier one
+    (a new configuration's first night, another machine's runs in a merged store) are
+    ``skipped``, so the page opens on a comparison that pairs rather than on "nothing would
+    pair"; when none has one, the latest with ``before`` None. None with fewer than two
+    invocations."""
     nights = invocations(runs)["invocation_id"]
     if len(nights) < 2:
         return None
     keyed = identity.configurations(runs)
-    configs = lambda invocation: set(  # noqa: E731
-        keyed.loc[keyed["invocation_id"] == invocation, list(CONFIG_KEYS)].astype(str).itertuples(index=False)
-    )
-    wanted = configs(nights.iloc[0])
-    for position, night in enumerate(nights.iloc[1:], start=1):
-        if wanted & configs(night):
-            return Nights(nights.iloc[0], night, tuple(nights.iloc[1:position]))
+    by_night = {
+        night: set(rows[list(CONFIG_KEYS)].astype(str).itertuples(index=False))
+        for night, rows in keyed.groupby("invocation_id", sort=False)
+    }
+    for newest in range(len(nights) - 1):
+        wanted = by_night[nights.iloc[newest]]
+        for position in range(newest + 1, len(nights)):
+            if wanted & by_night[nights.iloc[position]]:
+                passed = tuple(nights.iloc[newest + 1 : position])
+                return Nights(nights.iloc[newest], nights.iloc[position], passed, tuple(nights.iloc[:newest]))
     return Nights(nights.iloc[0], None, tuple(nights.iloc[1:]))
 
 

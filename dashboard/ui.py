@@ -120,8 +120,11 @@ def page_view() -> View | None:
     return view
 
 
-def invocation_picker(runs: pd.DataFrame, label: str = "Invocation", key: str = "invocation") -> str:
-    """A choice among the invocations of ``runs``, newest first (the default)."""
+def invocation_picker(
+    runs: pd.DataFrame, label: str = "Invocation", key: str = "invocation", default: str | None = None
+) -> str:
+    """A choice among the invocations of ``runs``, newest first; the default is ``default``, else
+    the newest."""
     table = data.invocations(runs)
     labels = {
         row.invocation_id: f"{row.started_at:%Y-%m-%d %H:%M} UTC · {row.invocation_id} · {row.runs} runs"
@@ -129,7 +132,7 @@ def invocation_picker(runs: pd.DataFrame, label: str = "Invocation", key: str = 
         for row in table.itertuples()
     }
     options = list(labels)
-    state.bind(key, options[0], choices=options)
+    state.bind(key, default if default in labels else options[0], choices=options)
     return st.selectbox(
         label, options, format_func=labels.__getitem__, key=key, help="A `tpubench run` invocation: newest first."
     )

@@ -571,3 +571,29 @@ def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path, P
         log.close()
     assert os.listdir(SCREENSHOTS)
     assert not outside, f"requests that left 127.0.0.1: {sorted(set(outside))}"
+
+
+def test_pages_open_on_the_latest_invocation_with_something_to_show(serve, tmp_path: Path) -> None:
+    """Two nights of a compiled gpt2, then a cpu run of a new configuration: Compare opened on
+    the cpu night ("nothing would pair") and Compilation on "no run of this invocation compiled
+    a graph". Both now open on the latest night with something to show, and say which newer
+    invocation they passed over and why."""
+    results = tmp_path / "results"
+    nights = ["inv-night1", "inv-night2", "inv-cpu"]
+    started = pd.Timestamp("2026-11-01T02:00:00Z").to_pydatetime()
+    for day, invocation in enumerate(nights):
+        writer = store.InvocationWriter(results, invocation, started + pd.Timedelta(days=day))
+        compiled = invocation != "inv-cpu"
+        for index in range(2):
+            columns = {"backend": "cuda-compile", "compile_count": 3} if compiled else {"backend": "cpu"}
+            when = started + pd.Timedelta(days=day, minutes=index)
+            writer.add(run_row(invocation_id=invocation, started_at=when, **columns))
+    app = serve(results, "Compare")
+    said = texts(app)
+    assert "invocation=inv-night1" in said and "invocation=inv-night2" in said, said
+    assert "Opened on `inv-night2`" in said and "`inv-cpu`" in said and "nothing would pair" not in said
+    app = serve(results, "Compilation")
+    assert app.selectbox(key="invocation").value == "inv-night2"
+    said = texts(app)
+    assert "Opened on `inv-night2`" in said and "`inv-cpu`" in said and "compiled nothing" in said
+    assert "No run of this invocation compiled a graph" not in said

@@ -50,6 +50,13 @@ def selectors(view: ui.View) -> tuple[str, str] | None:
                 "selections."
             )
             return None
+        if nights.skipped:
+            st.caption(
+                f"Opened on `{nights.latest}`, the latest invocation with an earlier one to compare with: "
+                f"the {len(nights.skipped)} newer one(s) ({', '.join(f'`{n}`' for n in nights.skipped)}) ran "
+                "configurations no earlier invocation ran (same workload, shape, layout, backend and device), so "
+                "nothing of theirs would pair."
+            )
         if nights.passed_over:
             st.caption(
                 f"Passed over {len(nights.passed_over)} more recent invocation(s) "
