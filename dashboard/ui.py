@@ -15,6 +15,7 @@ import streamlit as st
 from PIL import Image, ImageDraw
 
 from dashboard import charts, data, state
+from tpubench.analysis.shapes import whole_numbers
 from tpubench.store import StoreError
 
 _VIEW = "_view"
@@ -162,6 +163,8 @@ def table(data: Any, links: tuple[str, ...] = (), where: Any = st, **options: An
     """A table as every page shows one: full width, no index, missing values as a dash, and
     ``links`` (columns of relative URLs such as ``run_details?run=ID``) as "open run" links."""
     config = {column: st.column_config.LinkColumn(column, display_text="open run") for column in links}
+    if isinstance(data, pd.DataFrame):
+        data = whole_numbers(data)  # 128, not 128.0, beside an image row's empty seq_len
     options = {"hide_index": True, "width": "stretch", "placeholder": "-", **options}
     where.dataframe(data, column_config=config, **options)
 

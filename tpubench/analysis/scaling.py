@@ -151,7 +151,8 @@ def config_key(row: Mapping[str, Any]) -> dict[str, Any]:
 def with_keys(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (normalised) with the :data:`CONFIG_KEYS` columns."""
     frame = normalised(runs)
-    keys = pd.DataFrame([config_key(row) for row in frame.to_dict("records")], index=frame.index, dtype=object)
+    rows = [config_key(row) for row in frame.to_dict("records")]
+    keys = pd.DataFrame(rows, index=frame.index, columns=list(CONFIG_KEYS), dtype=object)  # an empty store too
     for column in ("parallel", "scaling"):
         frame[f"stored_{column}"] = frame[column]
     return frame.drop(columns=["parallel", "scaling"]).join(keys.drop(columns=list(IDENTITY)))

@@ -25,6 +25,7 @@ from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
 from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
+from tpubench.analysis.shapes import whole_numbers
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.store import StoreError
@@ -185,7 +186,8 @@ def cross_table(cross: pd.DataFrame) -> Table:
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(frame.to_json(orient="records", date_format="iso"))
+    """``frame`` as JSON records, whole-number columns as integers (``seq_len`` 128, not 128.0)."""
+    return json.loads(whole_numbers(frame).to_json(orient="records", date_format="iso"))
 
 
 def run_comparison(

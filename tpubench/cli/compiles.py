@@ -97,6 +97,12 @@ def _event_table(events: pd.DataFrame) -> Table:
     return table
 
 
+#: what an unknown run's error points at: this command's own list, not ``tpubench ops``'s profiled runs
+LIST_HINT = (
+    "`tpubench compiles` lists the runs and what they compiled (`tpubench compiles --results DIR` for another store)"
+)
+
+
 @app.command("compiles")
 def show_compiles(
     run_ids: Annotated[
@@ -130,7 +136,7 @@ def show_compiles(
     if explain and store.is_remote(results):
         raise BadInput(f"--results {results}: --explain writes its diagnostics beside a local store; give one")
     results_dir = _results_dir(results)
-    runs = [_compiling(_find_run(results_dir, run_id)) for run_id in run_ids]
+    runs = [_compiling(_find_run(results_dir, run_id, LIST_HINT)) for run_id in run_ids]
     if explain:
         from tpubench import explain as diagnose  # the worker's machinery: only --explain needs it
         from tpubench.cli.planning import pythons

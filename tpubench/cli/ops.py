@@ -63,8 +63,9 @@ def _label(run: dict[str, Any]) -> str:
     return str(config_labels(pd.DataFrame([run]), backend=True).iloc[0])
 
 
-def _find_run(results_dir: Path | str, run_id: str) -> dict[str, Any]:
-    """The run whose id is ``run_id`` or starts with it (a unique prefix of 4 or more characters)."""
+def _find_run(results_dir: Path | str, run_id: str, hint: str = LIST_HINT) -> dict[str, Any]:
+    """The run whose id is ``run_id`` or starts with it (a unique prefix of 4 or more characters);
+    an unknown one is a BadInput ending with ``hint``: the command that lists the runs to give."""
     try:
         runs = store.load_runs(results_dir)
     except StoreError as error:
@@ -75,7 +76,7 @@ def _find_run(results_dir: Path | str, run_id: str) -> dict[str, Any]:
     if len(found) > 1:
         raise BadInput(f"run id {run_id!r} is ambiguous ({', '.join(found['run_id'])}); give more of it")
     if found.empty:
-        raise BadInput(f"unknown run {run_id!r} in {results_dir}; {LIST_HINT}")
+        raise BadInput(f"unknown run {run_id!r} in {results_dir}; {hint}")
     return found.iloc[0].to_dict()
 
 
