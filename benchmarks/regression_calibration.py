@@ -12,6 +12,8 @@ Then, for every pair and for each r in ``--at`` (the first r rounds of each side
 - A/A: ``compare_runs(A, A2)``; a ``regressed`` step-time verdict is a false alarm
   (requirement: at most 1 in 20 pairs at the default settings);
 - A/B: ``compare_runs(A, +x%)``; ``regressed`` is a detection (requirement at +10%: 95%);
+- A/A: how many pairs are shown ``unchanged`` (the whole CI within the threshold) and how
+  many stay ``inconclusive`` (a night that could not tell);
 - both: how many ``inconclusive`` verdicts the reason calls "likely a regression" (the whole
   CI beyond the threshold, the rank test short of p < 0.01), to weigh making that a verdict;
 - the same with the naive rule (Mann-Whitney p < 0.01 on the raw samples of one run per
@@ -144,7 +146,7 @@ def analyse(out: Path, settings: Settings, at: list[int]) -> dict:
     }
     for r in sorted({r for r in at if r <= rounds} | {rounds}):
         counts = {
-            variant: {"regressed": 0, "improved": 0, "inconclusive": 0, "likely": 0, "naive": 0}
+            variant: {"regressed": 0, "improved": 0, "unchanged": 0, "inconclusive": 0, "likely": 0, "naive": 0}
             for variant in candidates
         }
         for pair in range(pairs):
@@ -184,7 +186,8 @@ def report(figures: dict, settings: Settings) -> None:
         f"at least {settings.min_runs} runs per side"
     )
     print(
-        "runs/side  A/A false regressions  A/A false improvements  A/A 'likely a regression'  "
+        "runs/side  A/A false regressions  A/A false improvements  A/A unchanged  A/A inconclusive  "
+        "A/A 'likely a regression'  "
         + "  ".join(f"detected {v} (+likely)" for v in next(iter(figures["by_rounds"].values())) if v != "A2")
         + f"  replayed power of +{100 * DETECT:g}%"
     )
@@ -193,6 +196,8 @@ def report(figures: dict, settings: Settings) -> None:
         aa = counts["A2"]
         cells = [f"{r:>9}", f"{aa['regressed']:>3}/{pairs} (naive {aa['naive']}/{pairs})"]
         cells.append(f"{aa['improved']:>3}/{pairs}")
+        cells.append(f"{aa['unchanged']:>3}/{pairs}")
+        cells.append(f"{aa['inconclusive']:>3}/{pairs}")
         cells.append(f"{aa.get('likely', 0):>3}/{pairs}")
         for variant, found in counts.items():
             if variant != "A2":

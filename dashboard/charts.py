@@ -17,8 +17,8 @@ from plotly.subplots import make_subplots
 
 from tpubench.analysis.categories import CATEGORIES
 from tpubench.analysis.compiles import CAUSE_WORDS
+from tpubench.analysis.identity import config_labels
 from tpubench.analysis.ops import OTHERS
-from tpubench.analysis.shapes import shape_labels
 
 BACKEND_COLOURS = {
     "cpu": "#6baed6",
@@ -58,17 +58,10 @@ def _layout(figure: go.Figure, height: int = 420, **extra: object) -> go.Figure:
     return figure
 
 
-def config_label(frame: pd.DataFrame) -> pd.Series:
-    """A configuration without its backend: ``gpt2/tiny train bfloat16 4x128``."""
-    text = {column: frame[column].astype("string") for column in ("workload", "size", "mode", "dtype")}
-    shape = shape_labels(frame)
-    return text["workload"] + "/" + text["size"] + " " + text["mode"] + " " + text["dtype"] + " " + shape
-
-
 def step_bars(summary: pd.DataFrame, title: str = "Median step time (ms), 95% CI") -> go.Figure:
     """Median step per configuration, one bar per backend (and device), with the CI of the median."""
     frame = summary[summary["median_step_ms"].notna()].copy()
-    frame["configuration"] = config_label(frame)
+    frame["configuration"] = config_labels(frame)
     frame["side"] = frame["backend"] + " (" + frame["device"].fillna("?") + ")"
     frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
     frame["minus"] = frame["median_step_ms"] - frame["ci_low_step_ms"]
@@ -102,7 +95,7 @@ def side_bars(base: pd.DataFrame, test: pd.DataFrame) -> go.Figure:
     palette = [colour(backends[0][0]), colour(backends[1][0])] if across else ["#9e9e9e", "#1f77b4"]
     several = not across and len(set(backends[0]) | set(backends[1])) > 1
     for frame, name in zip(sides, names, strict=True):
-        frame["configuration"] = config_label(frame) + (" · " + frame["backend"] if several else "")
+        frame["configuration"] = config_labels(frame) + (" · " + frame["backend"] if several else "")
         frame["side"] = name
     frame = pd.concat(sides, ignore_index=True)
     frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
@@ -130,7 +123,7 @@ def side_bars(base: pd.DataFrame, test: pd.DataFrame) -> go.Figure:
 def ratio_chart(step_rows: pd.DataFrame) -> go.Figure:
     """Candidate ÷ baseline step time per configuration, its 95% CI, coloured by verdict."""
     frame = step_rows[step_rows["ratio"].notna()].copy()
-    frame["configuration"] = config_label(frame) + " · " + frame["test_backend"].fillna("")
+    frame["configuration"] = config_labels(frame) + " · " + frame["test_backend"].fillna("")
     frame["change_pct"] = 100 * (frame["ratio"] - 1)
     frame["plus"] = 100 * (frame["ci_high"] - frame["ratio"])
     frame["minus"] = 100 * (frame["ratio"] - frame["ci_low"])
@@ -155,7 +148,7 @@ def ratio_chart(step_rows: pd.DataFrame) -> go.Figure:
 def speedup_chart(cross: pd.DataFrame) -> go.Figure:
     """Speedup (baseline step ÷ candidate step) per configuration; 1 means as fast."""
     frame = cross.copy()
-    frame["configuration"] = config_label(frame)
+    frame["configuration"] = config_labels(frame)
     frame["pair"] = frame["base_backend"] + " → " + frame["test_backend"]
     figure = px.bar(
         frame,
@@ -343,7 +336,7 @@ def diff_bar(diff: pd.DataFrame, key: str) -> go.Figure:
 def compile_times(runs: pd.DataFrame) -> go.Figure:
     """First step (compilation included) and compile time per configuration and backend."""
     frame = runs[runs["first_step_s"].notna()].copy()
-    frame["configuration"] = config_label(frame)
+    frame["configuration"] = config_labels(frame)
     long = frame.melt(
         id_vars=["configuration", "backend", "run_id"],
         value_vars=["first_step_s", "compile_s"],

@@ -25,13 +25,11 @@ import streamlit as st
 from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store
-from tpubench.analysis import changepoints, compare, scaling
+from tpubench.analysis import changepoints, compare, identity, scaling
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
-from tpubench.analysis.shapes import shape_labels
 from tpubench.schema import RUNS
 from tpubench.serving import PERCENTILES
-from tpubench.spec import DIMENSIONS
 
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300
@@ -41,22 +39,14 @@ INDEX_COLUMNS = (
     "invocation_id",
     "started_at",
     "suite",
-    "workload",
-    "size",
-    "backend",
-    "device",
-    "mode",
-    "dtype",
-    "batch_size",
-    *DIMENSIONS,
-    "gen_len",
-    "model_hash",  # a user's model: a configuration key (CONFIG_KEYS), null for the built-in ones
+    *identity.CONFIG_KEYS,  # a configuration: layout and a user's model's hash too
     "status",
     "tags",
     "trace_path",
+    "compile_count",  # what the Compilation page opens on: the latest invocation that compiled a graph
 )
 #: one configuration: what a series follows over time and a comparison pairs on
-CONFIG_KEYS = changepoints.SERIES_KEYS
+CONFIG_KEYS = identity.CONFIG_KEYS
 SERVING_MODES = ("prefill", "decode")
 #: the steps columns a comparison reads: the sampled metrics' own, and the step and rank by
 #: which a multi-rank run's samples become its job's (analysis.steps.job_steps)
@@ -216,39 +206,46 @@ class Nights:
     latest: str
     before: str | None  # None: no earlier invocation ran any of the latest's configurations
     passed_over: tuple[str, ...] = ()  # more recent than ``before``, with none of the latest's configurations
+    #: newer than ``latest``, each with no earlier invocation that ran one of its configurations
+    skipped: tuple[str, ...] = ()
 
 
 def last_two_nights(runs: pd.DataFrame) -> Nights | None:
-    """The latest invocation and "the one before": the latest earlier invocation that ran any
-    of the latest's configurations (:data:`CONFIG_KEYS`: same
-    workload, shape, backend and device). In a store merged from several machines the
-    invocation just before is often another machine's, with other devices or default shapes:
-    compared with it, nothing pairs. None with fewer than two invocations."""
+    """The latest invocation that has something to compare with, and "the one before": the
+    latest earlier invocation that ran any of its configurations (:data:`CONFIG_KEYS`: same
+    workload, shape, layout, backend and device). Newer invocations with no such earlier one
+    (a new configuration's first night, another machine's runs in a merged store) are
+    ``skipped``, so the page opens on a comparison that pairs rather than on "nothing would
+    pair"; when none has one, the latest with ``before`` None. None with fewer than two
+    invocations."""
     nights = invocations(runs)["invocation_id"]
     if len(nights) < 2:
         return None
-    configs = lambda invocation: set(  # noqa: E731
-        runs.loc[runs["invocation_id"] == invocation, list(CONFIG_KEYS)].astype(str).itertuples(index=False)
-    )
-    wanted = configs(nights.iloc[0])
-    for position, night in enumerate(nights.iloc[1:], start=1):
-        if wanted & configs(night):
-            return Nights(nights.iloc[0], night, tuple(nights.iloc[1:position]))
+    keyed = identity.configurations(runs)
+    by_night = {
+        night: set(rows[list(CONFIG_KEYS)].astype(str).itertuples(index=False))
+        for night, rows in keyed.groupby("invocation_id", sort=False)
+    }
+    for newest in range(len(nights) - 1):
+        wanted = by_night[nights.iloc[newest]]
+        for position in range(newest + 1, len(nights)):
+            if wanted & by_night[nights.iloc[position]]:
+                passed = tuple(nights.iloc[newest + 1 : position])
+                return Nights(nights.iloc[newest], nights.iloc[position], passed, tuple(nights.iloc[:newest]))
     return Nights(nights.iloc[0], None, tuple(nights.iloc[1:]))
 
 
 def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
     """The most recent run of each configuration (:data:`CONFIG_KEYS`) in ``runs``."""
     ordered = runs.sort_values("started_at", kind="stable")
-    return ordered.groupby(list(CONFIG_KEYS), dropna=False, sort=False).tail(1)
+    latest = identity.configurations(ordered).groupby(list(CONFIG_KEYS), dropna=False, sort=False).tail(1)
+    return ordered.loc[latest.index]
 
 
 def series_label(runs: pd.DataFrame) -> pd.Series:
-    """A configuration as one readable string: ``gpt2/tiny train bfloat16 cuda (NVIDIA H100) 4x128``."""
-    shape = shape_labels(runs)
-    device = runs["device"].fillna("no device")
-    what = runs["workload"] + "/" + runs["size"] + " " + runs["mode"] + " " + runs["dtype"]
-    return what + " " + runs["backend"] + " (" + device + ") " + shape
+    """A configuration as one readable string (:func:`identity.config_labels`), its backend and
+    device too: ``gpt2/tiny train bfloat16 4x128 cuda (NVIDIA H100)``."""
+    return identity.config_labels(runs, backend=True)
 
 
 def run_label(runs: pd.DataFrame) -> pd.Series:

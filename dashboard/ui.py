@@ -15,6 +15,7 @@ import streamlit as st
 from PIL import Image, ImageDraw
 
 from dashboard import charts, data, state
+from tpubench.analysis.shapes import whole_numbers
 from tpubench.store import StoreError
 
 _VIEW = "_view"
@@ -120,8 +121,11 @@ def page_view() -> View | None:
     return view
 
 
-def invocation_picker(runs: pd.DataFrame, label: str = "Invocation", key: str = "invocation") -> str:
-    """A choice among the invocations of ``runs``, newest first (the default)."""
+def invocation_picker(
+    runs: pd.DataFrame, label: str = "Invocation", key: str = "invocation", default: str | None = None
+) -> str:
+    """A choice among the invocations of ``runs``, newest first; the default is ``default``, else
+    the newest."""
     table = data.invocations(runs)
     labels = {
         row.invocation_id: f"{row.started_at:%Y-%m-%d %H:%M} UTC · {row.invocation_id} · {row.runs} runs"
@@ -129,7 +133,7 @@ def invocation_picker(runs: pd.DataFrame, label: str = "Invocation", key: str = 
         for row in table.itertuples()
     }
     options = list(labels)
-    state.bind(key, options[0], choices=options)
+    state.bind(key, default if default in labels else options[0], choices=options)
     return st.selectbox(
         label, options, format_func=labels.__getitem__, key=key, help="A `tpubench run` invocation: newest first."
     )
@@ -159,6 +163,8 @@ def table(data: Any, links: tuple[str, ...] = (), where: Any = st, **options: An
     """A table as every page shows one: full width, no index, missing values as a dash, and
     ``links`` (columns of relative URLs such as ``run_details?run=ID``) as "open run" links."""
     config = {column: st.column_config.LinkColumn(column, display_text="open run") for column in links}
+    if isinstance(data, pd.DataFrame):
+        data = whole_numbers(data)  # 128, not 128.0, beside an image row's empty seq_len
     options = {"hide_index": True, "width": "stretch", "placeholder": "-", **options}
     where.dataframe(data, column_config=config, **options)
 

@@ -14,34 +14,16 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from tpubench.analysis import compare
-from tpubench.analysis.shapes import shape_labels
+from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
 from tpubench.hostload import BUSY_SHARE, is_busy
-from tpubench.spec import DIMENSIONS
 
 #: the backend a cross-backend table measures others against, in order of preference
 REFERENCE_BACKENDS = ("cuda", "cuda-compile", "cpu", "cpu-compile")
 
 
-def config_label(frame: pd.DataFrame, dtype: bool = False) -> pd.Series:
-    """Each row's configuration as both renderers label it: ``gpt2/tiny infer 4x128[+gen]``
-    (``resnet/50 infer 8xi224`` for images), with the dtype after the mode when ``dtype``."""
-    shape = shape_labels(frame)
-    mode = frame["mode"] + (" " + frame["dtype"] if dtype else "")
-    return frame["workload"] + "/" + frame["size"] + " " + mode + " " + shape
-
-
+#: one row per configuration (:data:`tpubench.analysis.identity.CONFIG_KEYS`), then its figures
 SUMMARY_COLUMNS = [
-    "workload",
-    "size",
-    "backend",
-    "device",
-    "mode",
-    "dtype",
-    "batch_size",
-    "seq_len",
-    "image_size",
-    "latent_size",
-    "gen_len",
+    *CONFIG_KEYS,
     "runs",
     "status",
     "median_step_ms",
@@ -76,7 +58,7 @@ def results_table(summary: pd.DataFrame) -> pd.DataFrame:
     and MFU in percent; the status of a row with runs measured on a busy host says so."""
     busy = summary["host_busy_runs"].fillna(0) > 0
     marked = summary["status"].where(~busy, summary["status"] + " " + BUSY_MARK)
-    return summary.assign(config=config_label(summary), mfu_pct=summary["mfu"] * 100, status=marked)
+    return summary.assign(config=config_labels(summary, dtype=False), mfu_pct=summary["mfu"] * 100, status=marked)
 
 
 #: a results row with runs measured while other processes used the CPUs, and what it means
@@ -122,13 +104,14 @@ class Report:
 
 
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: repeats pooled (median of run medians, the CI's outer bounds),
-    the worst status, and how many runs saw a busy host."""
-    keys = ["workload", "size", "backend", "device", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len"]
+    """One row per configuration (:mod:`tpubench.analysis.identity`: a 2-device run is not a
+    1-device one, nor one user's model another's): repeats pooled (median of run medians, the
+    CI's outer bounds), the worst status, and how many runs saw a busy host."""
+    keys = list(CONFIG_KEYS)
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rows = []
-    for key, group in runs.groupby(keys, dropna=False, sort=True):
+    for key, group in configurations(runs).groupby(keys, dropna=False, sort=True):
         statuses = [s for s in group["status"] if s != "ok"]
         rows.append(
             {

@@ -12,9 +12,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, config_label, results_table
+from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, results_table
 from reports.markdown import VERDICT_MARK
 from tpubench.analysis.compare import verdict_counts
+from tpubench.analysis.identity import config_labels
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -56,7 +57,7 @@ def backend_charts(summary: pd.DataFrame) -> list[str]:
     ok = summary[summary["median_step_ms"].notna()].copy()
     if ok.empty:
         return charts
-    ok["config"] = config_label(ok)
+    ok["config"] = config_labels(ok, dtype=False)
     for workload, group in ok.groupby("workload", sort=True):
         figure = go.Figure()
         for backend, rows in group.groupby("backend", sort=True):
@@ -79,7 +80,7 @@ def backend_charts(summary: pd.DataFrame) -> list[str]:
 def cross_chart(cross: pd.DataFrame) -> str:
     """Speedup of each candidate backend over the reference one (above 1: faster)."""
     frame = cross.copy()
-    frame["label"] = config_label(frame) + " " + frame["base_backend"] + "→" + frame["test_backend"]
+    frame["label"] = config_labels(frame, dtype=False) + " " + frame["base_backend"] + "→" + frame["test_backend"]
     figure = go.Figure(go.Bar(x=frame["label"], y=frame["speedup"], name="speedup"))
     figure.add_hline(y=1, line_dash="dot")
     figure.update_layout(title="Speedup over the reference backend (baseline step ÷ candidate step)")
@@ -91,7 +92,7 @@ def comparison_chart(comparison: pd.DataFrame) -> str:
     steps = comparison[(comparison["metric"] == "step") & comparison["ratio"].notna()].copy()
     if steps.empty:
         return ""
-    steps["label"] = config_label(steps) + " " + steps["test_backend"]
+    steps["label"] = config_labels(steps, dtype=False) + " " + steps["test_backend"]
     figure = go.Figure()
     for verdict, rows in steps.groupby("verdict"):
         figure.add_scatter(
@@ -135,7 +136,7 @@ def render(report: Report) -> str:
         )
         parts.append(comparison_chart(report.comparison))
         frame = report.comparison.copy()
-        frame["config"] = config_label(frame)
+        frame["config"] = config_labels(frame, dtype=False)
         frame["change"] = frame["ratio"].map(lambda r: f"{100 * (r - 1):+.1f}%" if r == r and r is not None else "-")
         frame["p"] = frame["p_value"].map(lambda p: "-" if p is None or p != p else f"{p:.2g}")
         frame["shown_verdict"] = frame["verdict"].map(lambda v: f"{VERDICT_MARK.get(v, '')} {v}".strip())
@@ -183,7 +184,7 @@ def render(report: Report) -> str:
     parts.extend(backend_charts(report.summary))
     if not report.cross_backend.empty:
         cross = report.cross_backend.copy()
-        cross["config"] = config_label(cross)
+        cross["config"] = config_labels(cross, dtype=False)
         for side in ("base", "test"):
             cross[f"{side}_mfu_pct"] = cross[f"{side}_mfu"] * 100
         parts.append("<h2>Across backends</h2>")

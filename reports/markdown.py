@@ -10,8 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, config_label, results_table
+from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, results_table
 from tpubench.analysis.compare import verdict_counts
+from tpubench.analysis.identity import config_labels
 
 VERDICT_MARK = {
     "regressed": "🔴",
@@ -49,7 +50,7 @@ def comparison_markdown(comparison: pd.DataFrame, show_unchanged: bool = False) 
     if shown.empty:
         return f"{line or 'nothing compared'}."
     frame = shown.copy()
-    frame["config"] = config_label(frame, dtype=True)
+    frame["config"] = config_labels(frame)
     frame["backends"] = frame.apply(
         lambda r: (
             r["test_backend"]
@@ -103,7 +104,7 @@ def render(report: Report) -> str:
             parts[-1] += f"\n\n{DECODE_TOKENS_NOTE}"
     if not report.cross_backend.empty:
         cross = report.cross_backend.copy()
-        cross["config"] = config_label(cross)
+        cross["config"] = config_labels(cross, dtype=False)
         parts.append("## Across backends\n\n" + cross_markdown(cross))
     for label, ops in report.top_ops.items():
         parts.append(
@@ -121,7 +122,7 @@ def cross_markdown(cross: pd.DataFrame) -> str:
     """The cross-backend table (speedup, MFU, tokens per dollar) as Markdown."""
     frame = cross.copy()
     if "config" not in frame:
-        frame["config"] = config_label(frame)
+        frame["config"] = config_labels(frame, dtype=False)
     frame["pair"] = frame["base_backend"] + " → " + frame["test_backend"]
     for side in ("base", "test"):
         frame[f"{side}_mfu_pct"] = frame[f"{side}_mfu"] * 100

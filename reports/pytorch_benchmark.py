@@ -77,6 +77,8 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
             # the shape's named dimensions that the run has (seq_len for text, image_size for images...)
             | {name: str(int(run[name])) for name in DIMENSIONS if pd.notna(run.get(name))}
             | _layout(run)
+            # a user's model's config or source: two models under one reference are two series
+            | ({"model_hash": _text(run["model_hash"])} if _text(run.get("model_hash")) else {})
             | {"measured_steps": _text(run["measured_steps"]), **{f"tag.{k}": str(v) for k, v in tags.items()}},
         }
         model = {

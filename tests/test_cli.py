@@ -309,3 +309,68 @@ def test_the_cli_prestarts_a_fork_server_only_for_workers_that_will_use_it(argv:
     from tpubench import console
 
     assert console._workers_start_here(argv) is here
+
+
+def test_a_cross_backend_table_with_and_without_caveats_renders() -> None:
+    """Some pairs measured on a busy host carry a caveat and others none, which reads back as
+    NaN: rich refused the float ('unable to render float') and compare crashed."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from tpubench.analysis.compare import CROSS_COLUMNS
+    from tpubench.cli.compare import cross_table
+
+    row = {column: None for column in CROSS_COLUMNS} | {
+        "workload": "gpt2", "size": "tiny", "mode": "infer", "dtype": "float32", "batch_size": 4, "seq_len": 128,
+        "gen_len": 0, "base_backend": "cpu", "test_backend": "cpu-compile", "base_device": "x", "test_device": "x",
+        "base_step_ms": 10.0, "test_step_ms": 5.0, "speedup": 2.0,
+    }  # fmt: skip
+    cross = pd.DataFrame(
+        [{**row, "caveat": "host busy during 1 of 5 baseline run(s)"}, {**row, "caveat": float("nan")}]
+    )
+    out = io.StringIO()
+    Console(file=out, width=200).print(cross_table(cross))
+    assert "host busy during 1 of 5" in out.getvalue() and "nan" not in out.getvalue()
+
+
+def test_scaling_of_an_empty_store_says_how_to_fill_it(tmp_path: Path) -> None:
+    done = tpubench("scaling --results", str(tmp_path))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "no multi-device runs in" in done.stdout
+
+
+def test_compiles_of_an_unknown_run_names_its_own_list(tmp_path: Path) -> None:
+    """It named `tpubench ops`, which lists profiled runs, not the runs that compiled."""
+    from datetime import UTC, datetime
+
+    started = datetime(2026, 12, 1, tzinfo=UTC)
+    store.InvocationWriter(tmp_path, "inv", started).add(
+        {"run_id": "abcdef0123456789", "invocation_id": "inv", "started_at": started, "status": "ok"}
+    )
+    done = tpubench("compiles NOSUCHRUN --results", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.startswith("error: unknown run 'NOSUCHRUN'")
+    assert "`tpubench compiles` lists the runs" in done.stderr and "tpubench ops" not in done.stderr
+
+
+def test_columns_is_the_width_piped_or_not() -> None:
+    """COLUMNS=80 tpubench ... | less was drawn 200 wide: piped output ignored it."""
+    from tpubench.cli.common import console_width
+
+    assert console_width({"COLUMNS": "80"}, tty=False) == 80 and console_width({"COLUMNS": "80"}, tty=True) == 80
+    assert console_width({}, tty=False) == 200 and console_width({}, tty=True) is None
+    assert console_width({"COLUMNS": "nonsense"}, tty=False) == 200
+    done = tpubench("list", env={"COLUMNS": "80"})
+    assert done.returncode == 0 and max(len(line) for line in done.stdout.splitlines()) <= 80
+
+
+def test_whole_number_columns_display_as_integers() -> None:
+    """A text row's seq_len showed as 128.0 beside an image row's empty one."""
+    import pandas as pd
+
+    from tpubench.analysis.shapes import whole_numbers
+
+    frame = whole_numbers(pd.DataFrame({"seq_len": [128.0, None], "image_size": [None, 224.0], "mfu": [0.5, 0.25]}))
+    assert str(frame["seq_len"].dtype) == "Int64" and frame["seq_len"].tolist()[0] == 128
+    assert frame["mfu"].dtype == float  # not a runs integer column: left alone

@@ -17,7 +17,7 @@ from scipy import stats
 
 from reports import build_report, html, markdown
 from reports.pytorch_benchmark import records
-from tpubench.analysis import changepoints, compare, prices
+from tpubench.analysis import changepoints, compare, identity, prices
 from tpubench.analysis.select import NoRunsMatch, SelectorError, select_runs
 from tpubench.analysis.steps import job_steps
 from tpubench.schema import RUNS, STEPS
@@ -98,9 +98,40 @@ def step_row(frame: pd.DataFrame) -> dict:
 
 
 def test_same_code_repeated_is_unchanged():
-    row = step_row(compared(side("a", [10.0, 10.1, 9.9]), side("b", [10.05, 9.95, 10.0])))
-    assert row["verdict"] == "unchanged"
-    assert row["ci_low"] < 1 < row["ci_high"]
+    row = step_row(compared(side("a", [10.0, 10.1, 9.9, 10.0, 10.02]), side("b", [10.05, 9.95, 10.0, 9.98, 10.03])))
+    assert row["verdict"] == "unchanged" and "within the 5% threshold (the whole CI)" in row["reason"]
+    assert 1 / 1.05 < row["ci_low"] < 1 < row["ci_high"] < 1.05
+
+
+def test_unchanged_needs_the_whole_ci_within_the_threshold():
+    """Runs of 5, 10, 15, 20 and 25 ms on both nights: the medians agree, but a CI of about
+    -50% .. +100% cannot tell a 20% slowdown from none. That is inconclusive, and the reason
+    says about how many runs per side would decide it; never unchanged, never "no regression"."""
+    spread = [5.0, 10.0, 15.0, 20.0, 25.0]
+    frame = compared(side("a", spread), side("b", spread[::-1]))
+    row = step_row(frame)
+    assert row["verdict"] == "inconclusive" and "more than 1000 runs per side would be needed" in row["reason"]
+    assert compare.overall_verdict(frame) == "inconclusive"
+    # ±10% between runs: a handful more runs would do
+    frame = compared(side("a", [9.0, 9.5, 10.0, 10.5, 11.0]), side("b", [9.1, 9.4, 10.0, 10.6, 10.9]))
+    row = step_row(frame)
+    assert 1 / 1.05 < row["ratio"] < 1.05 and (row["ci_low"] < 1 / 1.05 or row["ci_high"] > 1.05)
+    assert row["verdict"] == "inconclusive", row["reason"]
+    assert "within the 5% threshold, but its CI reaches beyond it" in row["reason"]
+    needed = compare.runs_to_decide(row["ratio"], row["ci_low"], row["ci_high"], 5, 5, 0.05, 5)
+    assert needed > 5 and f"about {needed} runs per side would decide it" in row["reason"]
+    assert compare.overall_verdict(frame) == "inconclusive"
+    # fewer runs than a verdict needs: not unchanged however tight the CI, and the reason says so
+    few = step_row(compared(side("a", BASE[:3]), side("b", BASE[:3])))
+    assert few["verdict"] == "inconclusive" and "3 vs 3 run(s): a verdict needs 5 runs per side" in few["reason"]
+
+
+def test_runs_to_decide_scales_the_ci_as_one_over_root_runs():
+    """A CI twice as wide as the room left to the threshold needs four times the runs."""
+    room = math.log(1.05)
+    assert compare.runs_to_decide(1.0, math.exp(-2 * room), math.exp(2 * room), 5, 5, 0.05, 5) == 20
+    assert compare.runs_to_decide(1.0, 0.99, 1.01, 5, 5, 0.05, 5) == 5  # already narrow: the minimum
+    assert compare.runs_to_decide(1.06, 1.0, 1.1, 5, 5, 0.05, 5) is None  # beyond: no number of runs
 
 
 BASE = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
@@ -159,7 +190,7 @@ def test_a_night_that_decided_nothing_is_inconclusive_never_no_regression():
     assert compare.overall_verdict(slower) == "inconclusive"
     assert "2 run(s) on a side, and a verdict needs 5 per side" in compare.overall_reason(slower)
     same = compared(side("a", BASE[:2]), side("b", BASE[:2]))
-    assert step_row(same)["verdict"] == "unchanged" and compare.overall_verdict(same) == "inconclusive"
+    assert step_row(same)["verdict"] == "inconclusive" and compare.overall_verdict(same) == "inconclusive"
     assert compare.overall_verdict(compared(side("a", BASE), side("b", BASE))) == "no regression"
     assert compare.overall_verdict(compared(side("a", BASE), side("b", [1.2 * m for m in BASE]))) == "regressed"
     report = build_report(runs_frame(side("b", BASE[:2])[0]), comparison=slower, baseline="night1")
@@ -629,3 +660,77 @@ def test_a_count_metric_with_zeros_has_change_points_not_a_crash():
     assert row["change_pct"] == math.inf and row["direction"] == "regression"
     frame["recompiles_after_warmup"] = 0
     assert changepoints.change_points(frame, "recompiles_after_warmup").empty
+
+
+def _configurations() -> pd.DataFrame:
+    """gpt2 on one device and on two (dp), and two models under one hf:bert reference (two
+    model hashes): four configurations, each with three nights of one run."""
+    rows = []
+    for night in range(3):
+        common = {"invocation_id": f"night{night}", "started_at": f"2026-11-{10 + night:02d}T00:00:00Z"}
+        rows += [
+            {**common, "run_id": f"one{night}", "median_step_ms": 10.0},
+            {**common, "run_id": f"two{night}", "median_step_ms": 6.0, "devices": 2, "parallel": "dp",
+             "scaling": "weak"},
+            *(
+                {**common, "run_id": f"{model}{night}", "workload": "hf:bert", "size": "default", "model_hash": model,
+                 "median_step_ms": ms}
+                for model, ms in (("aaaa1111bbbb", 3.0), ("cccc2222dddd", 30.0))
+            ),
+        ]  # fmt: skip
+    return runs_frame(rows)
+
+
+def test_every_reader_keeps_a_configuration_apart_from_another_layout_or_model():
+    """Summaries, reports, regressions/Trends and the HUD export group by one identity (the run
+    key of tpubench.spec plus the device): 1- and 2-device runs of one model are two figures, and
+    two models under one reference two series, each labelled apart."""
+    runs = _configurations()
+    summary = build_report(runs).summary
+    assert len(summary) == 4 and sorted(summary["median_step_ms"]) == [3.0, 6.0, 10.0, 30.0]
+    points = changepoints.series_points(runs)
+    assert points.groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups == 4
+    labels = set(identity.config_labels(summary, backend=True))
+    assert len(labels) == 4 and "gpt2/tiny infer float32 4x128 dp2 cpu (AMD EPYC)" in labels
+    assert "hf:bert/default infer float32 4x128 cpu (AMD EPYC) model aaaa1111" in labels
+    page = markdown.render(build_report(runs))
+    assert "dp2" in page and "model cccc2222" in page
+    hud = records(runs, steps_frame([]))
+    assert {r["benchmark"]["extra_info"].get("model_hash") for r in hud if r["metric"]["name"] == "step_ms"} == {
+        None,
+        "aaaa1111bbbb",
+        "cccc2222dddd",
+    }
+
+
+def test_a_one_device_run_is_one_whatever_plan_it_was_started_under():
+    """--devices 1,2 --parallel fsdp's 1-device runs apply no plan (tpubench.parallel.apply),
+    so they are the same computation as plain runs: Compare pairs them, and every reader
+    labels them as one device, as Scaling takes them for every plan's N = 1."""
+    plain = side("a", BASE)
+    fsdp = side("b", BASE, parallel="fsdp", scaling="weak")
+    frame = compared(plain, fsdp)
+    assert "unpaired" not in set(frame["verdict"]) and step_row(frame)["verdict"] == "unchanged"
+    keyed = identity.configurations(runs_frame(fsdp[0]))
+    assert set(keyed["parallel"]) == {"none"} and keyed["scaling"].isna().all()
+    assert set(identity.config_labels(runs_frame(fsdp[0]))) == {"gpt2/tiny infer float32 4x128"}
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_rank_test_gives_scipys_p_values(ties):
+    """Verdicts take their p-value from tpubench.analysis.ranktest (numpy; scipy.stats cost
+    compare a second of start-up): the same p as scipy's mannwhitneyu(method="auto"), exact and
+    asymptotic, one pair of samples or one per row."""
+    from tpubench.analysis.ranktest import mann_whitney_p
+
+    rng = np.random.default_rng(3)
+    for n_test, n_base in ((1, 1), (2, 5), (5, 5), (8, 9), (9, 9), (12, 40), (50, 50)):
+        for _ in range(10):
+            test, base = rng.normal(0.3, 1, n_test), rng.normal(0, 1, n_base)
+            if ties:
+                test, base = test.round(1), base.round(1)
+            expected = stats.mannwhitneyu(test, base, method="auto").pvalue
+            assert mann_whitney_p(test, base) == pytest.approx(expected, abs=1e-12), (n_test, n_base)
+        rows_test, rows_base = rng.normal(0.3, 1, (50, n_test)), rng.normal(0, 1, (50, n_base))
+        expected = stats.mannwhitneyu(rows_test, rows_base, axis=1, method="auto").pvalue
+        assert mann_whitney_p(rows_test, rows_base) == pytest.approx(expected, abs=1e-12)

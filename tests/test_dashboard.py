@@ -4,6 +4,7 @@ whole thing served by `tpubench dashboard` and driven in headless Chromium."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import urllib.request
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -329,6 +331,13 @@ def test_run_details_of_a_multi_device_run_show_its_layout(serve, results: Path)
     assert (config["global_batch_size"], config["per_device_batch_size"]) == ("4", "2")  # weak: 2 per rank
     measured = frames(app)[1].set_index("field")["value"]
     assert measured["rank_skew_pct"] and measured["tokens_per_s_per_device"]
+    # the histogram is the job's steps (each step's slowest rank), as its median is, not both ranks'
+    (histogram,) = (json.loads(chart.proto.spec)["data"] for chart in app.get("plotly_chart"))
+    steps = store.load_steps(results, run_id=[two], phase="measure")
+    drawn = histogram[0]["x"]  # plotly's typed array: base64 of float64 values
+    drawn = np.frombuffer(base64.b64decode(drawn["bdata"]), dtype=drawn["dtype"]) if "bdata" in drawn else drawn
+    assert steps["rank"].nunique() == 2 and len(drawn) == steps["step"].nunique()
+    assert sorted(drawn) == sorted(steps.groupby("step")["step_ms"].max())
 
 
 def test_overview_marks_runs_measured_on_a_busy_host(serve, results: Path, tmp_path: Path) -> None:
@@ -562,3 +571,29 @@ def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path, P
         log.close()
     assert os.listdir(SCREENSHOTS)
     assert not outside, f"requests that left 127.0.0.1: {sorted(set(outside))}"
+
+
+def test_pages_open_on_the_latest_invocation_with_something_to_show(serve, tmp_path: Path) -> None:
+    """Two nights of a compiled gpt2, then a cpu run of a new configuration: Compare opened on
+    the cpu night ("nothing would pair") and Compilation on "no run of this invocation compiled
+    a graph". Both now open on the latest night with something to show, and say which newer
+    invocation they passed over and why."""
+    results = tmp_path / "results"
+    nights = ["inv-night1", "inv-night2", "inv-cpu"]
+    started = pd.Timestamp("2026-11-01T02:00:00Z").to_pydatetime()
+    for day, invocation in enumerate(nights):
+        writer = store.InvocationWriter(results, invocation, started + pd.Timedelta(days=day))
+        compiled = invocation != "inv-cpu"
+        for index in range(2):
+            columns = {"backend": "cuda-compile", "compile_count": 3} if compiled else {"backend": "cpu"}
+            when = started + pd.Timedelta(days=day, minutes=index)
+            writer.add(run_row(invocation_id=invocation, started_at=when, **columns))
+    app = serve(results, "Compare")
+    said = texts(app)
+    assert "invocation=inv-night1" in said and "invocation=inv-night2" in said, said
+    assert "Opened on `inv-night2`" in said and "`inv-cpu`" in said and "nothing would pair" not in said
+    app = serve(results, "Compilation")
+    assert app.selectbox(key="invocation").value == "inv-night2"
+    said = texts(app)
+    assert "Opened on `inv-night2`" in said and "`inv-cpu`" in said and "compiled nothing" in said
+    assert "No run of this invocation compiled a graph" not in said

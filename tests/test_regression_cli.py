@@ -309,6 +309,33 @@ def test_commands_that_read_a_store_never_import_torch(two_sides, tmp_path, line
     assert "tpubench.cli" in imported and "torch" not in imported
 
 
+def _imported(argv: list[str]) -> set[str]:
+    """The modules a ``python -X importtime -m tpubench`` process imported (it must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tpubench", *argv], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")}
+
+
+def test_version_and_compare_import_neither_torch_nor_scipy(two_sides):
+    """A read command starts in a blink: --version loads no command (it took 2.3 s with pandas
+    and scipy, through ruptures), and compare's rank test is numpy's, not scipy.stats's. The
+    times are benchmarks/startup.py's."""
+    version = _imported(["--version"])
+    assert "tpubench.cli" in version and not version & {"torch", "scipy", "pandas", "ruptures"}
+    line = ["compare", "--baseline", "tag.side=a", "--candidate", "tag.side=b", "--results", str(two_sides)]
+    compared = _imported(line)
+    assert "tpubench.analysis.compare" in compared and not compared & {"torch", "scipy", "ruptures", "streamlit", "ray"}
+
+
+def test_list_counts_parameters_without_importing_dynamo():
+    """``tpubench list`` builds each size on the meta device to count its parameters; computing
+    on meta tensors runs torch's Python references, which import torch._dynamo (6 s here)."""
+    imported = _imported(["list", "--json"])
+    assert "torch" in imported and "torch._dynamo" not in imported
+
+
 def test_regressions_on_a_short_history_finds_nothing_and_says_so(two_sides):
     done = tpubench("regressions --since 2000-01-01 --results", str(two_sides))
     assert done.returncode == 0, done.stderr
@@ -384,6 +411,95 @@ def test_a_night_against_too_few_baseline_runs_says_inconclusive(tmp_path):
     summary = (tmp_path / "night" / "summary.md").read_text()
     assert "**Inconclusive** (no regression shown" in summary and "1 run(s) on a side" in summary
     assert "No regression" not in summary
+
+
+#: a user's model whose forward sleeps: SLEEPY_MS milliseconds, or, without it, 5, 10, 15, 20 or
+#: 25 ms by which process builds it (each worker process takes the next of five in turn, so any
+#: five runs in a row cover all five): a night whose runs vary ±50% between themselves
+SLEEPY_MODEL = """
+import json, os, time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class Sleepy(nn.Module):
+    def __init__(self, ms):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.ms = ms
+
+    def forward(self, x):
+        time.sleep(self.ms / 1000)
+        return self.linear(x)
+
+
+def make_model():
+    if "SLEEPY_MS" in os.environ:
+        return Sleepy(float(os.environ["SLEEPY_MS"]))
+    path = Path(os.environ["SLEEPY_TURNS"])
+    turns = json.loads(path.read_text()) if path.exists() else {}
+    turn = turns.setdefault(str(os.getpid()), len(turns))
+    path.write_text(json.dumps(turns))
+    return Sleepy(5.0 * (turn % 5 + 1))
+
+
+def make_inputs(batch_size, generator, **dims):
+    return (torch.randn(batch_size, 4, generator=generator),)
+"""
+
+
+def _sleepy_nights(tmp_path: Path, first: dict[str, str], second: dict[str, str]) -> subprocess.CompletedProcess:
+    """Two real `tpubench ci` nights of :data:`SLEEPY_MODEL`, five rounds each, the median per
+    run; the second against the first. The second night's process."""
+    model = tmp_path / "sleepy.py"
+    model.write_text(SLEEPY_MODEL)
+    line = (
+        f"ci --model {model}:make_model --inputs {model}:make_inputs --backend cpu --mode infer "
+        "--steps 8 --warmup 1 --rounds 5 --statistic median"
+    )
+    night1 = tpubench(line, "--out", str(tmp_path / "night1"), env=first)
+    assert night1.returncode == 0, night1.stdout + night1.stderr
+    return tpubench(
+        line, "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"), env=second
+    )
+
+
+def _step_row(night: Path) -> pd.Series:
+    comparison = pd.read_json(night / "comparison.json")
+    return comparison[comparison["metric"] == "step"].iloc[0]
+
+
+@pytest.mark.slow
+def test_a_night_whose_runs_vary_widely_is_inconclusive_never_unchanged(tmp_path):
+    """Each night's five runs take 5 to 25 ms a step, alike on both nights: the medians agree,
+    but runs this noisy cannot tell a 20% change from none, so the night is inconclusive (exit
+    0, said loudly), with how many runs per side would decide it; never "unchanged", never "no
+    regression"."""
+    turns = {"SLEEPY_TURNS": str(tmp_path / "turns.json")}
+    night = _sleepy_nights(tmp_path, turns, turns)
+    assert night.returncode == 0, night.stdout + night.stderr
+    runs = store.load_runs(tmp_path / "night2" / "results")
+    assert runs["median_step_ms"].max() > 4 * runs["median_step_ms"].min()  # the runs did vary
+    step = _step_row(tmp_path / "night2")
+    assert step["verdict"] == "inconclusive", step["reason"]
+    assert "runs per side would" in step["reason"] and (step["ci_low"] < 1 / 1.05 or step["ci_high"] > 1.05)
+    assert "INCONCLUSIVE: no regression shown" in night.stdout and "no regression (" not in night.stdout
+    summary = (tmp_path / "night2" / "summary.md").read_text()
+    assert "**Inconclusive**" in summary and "No regression" not in summary
+    assert "<b>Inconclusive</b>" in (tmp_path / "night2" / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_doubling_on_a_quiet_host_regresses_at_five_runs_per_side(tmp_path):
+    """The equivalence rule costs no power: steps of 10 ms one night and 20 ms the next (sleeps,
+    which a busy CPU barely moves) regress at five runs per side, and the job exits 1."""
+    night = _sleepy_nights(tmp_path, {"SLEEPY_MS": "10"}, {"SLEEPY_MS": "20"})
+    assert night.returncode == 1, night.stdout + night.stderr
+    step = _step_row(tmp_path / "night2")
+    assert step["verdict"] == "regressed" and (step["base_runs"], step["test_runs"]) == (5, 5)
+    assert step["ratio"] > 1.5 and "REGRESSED" in night.stdout
 
 
 def test_ci_refuses_rounds_below_a_verdicts_minimum(tmp_path):

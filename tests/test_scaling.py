@@ -509,3 +509,14 @@ def test_ops_shares_over_the_step_name_the_overlapping_threads_and_the_union() -
     assert note.startswith("the shares add up to 120% of the step") and "12.50 ms per step (41.0%" in note
     assert "counted once" not in ops_analysis.overlapping_threads(rows, {"collective_ms": None})
     assert ops_analysis.overlapping_threads(rows.iloc[1:], {}) is None  # 80%: one thread's time, as usual
+
+
+def test_fsdp_wrappers_are_not_counted_as_communication() -> None:
+    """FSDP2's annotations (``FSDP::all_gather (0)``) enclose the all-gather they issue: the
+    ops' collective share counts the c10d/gloo ops inside, never the wrappers (docs/scaling.md),
+    so it no longer reads about twice the collectives' union."""
+    rows = ingest(RECORDED, 2, devices=2)
+    wrappers = {row["op"]: row["category"] for row in rows if row["op"].startswith("FSDP::")}
+    assert "FSDP::all_gather (0)" in wrappers and "collective" not in set(wrappers.values())
+    assert wrappers["FSDP::all_gather_copy_out (0)"] == "data movement"
+    assert {row["category"] for row in rows if row["op"] == "c10d::_allgather_base_"} == {"collective"}

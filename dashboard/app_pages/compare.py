@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from tpubench.analysis import compare
+from tpubench.analysis.identity import config_labels
 from tpubench.analysis.select import SelectorError
 
 HOW = {
@@ -49,6 +50,13 @@ def selectors(view: ui.View) -> tuple[str, str] | None:
                 "selections."
             )
             return None
+        if nights.skipped:
+            st.caption(
+                f"Opened on `{nights.latest}`, the latest invocation with an earlier one to compare with: "
+                f"the {len(nights.skipped)} newer one(s) ({', '.join(f'`{n}`' for n in nights.skipped)}) ran "
+                "configurations no earlier invocation ran (same workload, shape, layout, backend and device), so "
+                "nothing of theirs would pair."
+            )
         if nights.passed_over:
             st.caption(
                 f"Passed over {len(nights.passed_over)} more recent invocation(s) "
@@ -102,7 +110,7 @@ def verdict_table(frame: pd.DataFrame, show_all: bool) -> pd.DataFrame:
     unit = shown["unit"].astype("string").fillna("")
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(shown),
+            "configuration": config_labels(shown),
             "backend": backend.where(~differs, base_backend + " → " + test_backend),
             "metric": shown["metric"].astype("string") + unit.map(lambda u: f" ({u})" if u else ""),
             "baseline": pd.to_numeric(shown["base_value"]),
@@ -128,7 +136,7 @@ def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
     percent = lambda v: None if pd.isna(v) else 100 * v  # noqa: E731
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(cross),
+            "configuration": config_labels(cross),
             "baseline": cross["base_backend"] + " (" + cross["base_device"].fillna("?") + ")",
             "candidate": cross["test_backend"] + " (" + cross["test_device"].fillna("?") + ")",
             "baseline ms": cross["base_step_ms"],

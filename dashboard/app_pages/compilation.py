@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 from tpubench.analysis import compiles as analysis
+from tpubench.analysis.identity import config_labels
 
 
 def fallbacks(runs: pd.DataFrame) -> pd.DataFrame:
@@ -26,7 +27,7 @@ def facts(runs: pd.DataFrame, fallback: pd.DataFrame) -> pd.DataFrame:
     per_run = fallback.groupby("run_id")["op"].apply(lambda ops: ", ".join(sorted(ops))).astype("string")
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(runs),
+            "configuration": config_labels(runs),
             "backend": runs["backend"],
             "status": runs["status"],
             "first step s": runs["first_step_s"],
@@ -111,12 +112,30 @@ def timeline(results: str, invocation: str, runs: pd.DataFrame, events: pd.DataF
     st.code("\n".join(analysis.summary(mine, measured)), language=None)
 
 
+def opening(runs: pd.DataFrame) -> tuple[str | None, list[str]]:
+    """The invocation the page opens on, the latest that compiled a graph (a cpu run after a
+    night of compiled ones opened it on "no run of this invocation compiled a graph"), and the
+    newer ones it passes over; (None, []) when none compiled: the newest, then."""
+    compiled = runs.loc[runs["compile_count"].fillna(0) > 0, ["invocation_id", "started_at"]]
+    if compiled.empty:
+        return None, []
+    chosen = compiled.sort_values("started_at")["invocation_id"].iloc[-1]
+    newest = list(data.invocations(runs)["invocation_id"])
+    return chosen, newest[: newest.index(chosen)]
+
+
 def main() -> None:
     view = ui.page_view()
     if view is None:
         return
     st.title("Compilation")
-    invocation = ui.invocation_picker(view.runs)
+    default, newer = opening(view.runs)
+    invocation = ui.invocation_picker(view.runs, default=default)
+    if invocation == default and newer:
+        st.caption(
+            f"Opened on `{default}`, the latest invocation with a run that compiled a graph; the "
+            f"{len(newer)} newer one(s) ({', '.join(f'`{n}`' for n in newer)}) compiled nothing."
+        )
     ids = tuple(view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"])
     loaded = data.runs(view.results, (invocation,), ids)
     captured = data.compiles(view.results, (invocation,), ids)

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from reports import summary_table
+from tpubench.analysis.identity import config_labels
 from tpubench.hostload import BUSY_SHARE, is_busy
 
 #: what a matrix cell shows: summary column -> (label, how a value reads)
@@ -25,7 +26,7 @@ def matrix(summary: pd.DataFrame, value: str) -> pd.DataFrame:
     """Configurations as rows, backend (device) as columns; a cell whose runs were not all ok
     shows the status instead of a number, so a failure is never a blank."""
     frame = summary.copy()
-    frame["configuration"] = charts.config_label(frame)
+    frame["configuration"] = config_labels(frame)
     frame["column"] = frame["backend"] + " (" + frame["device"].fillna("no device") + ")"
     read = VALUES[value][1]
     frame["cell"] = [
@@ -51,7 +52,7 @@ def problems(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "status": bad["status"],
-            "configuration": charts.config_label(bad),
+            "configuration": config_labels(bad),
             "backend": bad["backend"],
             "device": bad["device"].fillna("-"),
             "reason": reason.fillna("").str.split("\n").str[0].str.slice(0, 300),
@@ -64,7 +65,7 @@ def busy_runs(busy: pd.DataFrame) -> pd.DataFrame:
     """The runs other processes competed with, each with their share of the CPUs."""
     return pd.DataFrame(
         {
-            "configuration": charts.config_label(busy),
+            "configuration": config_labels(busy),
             "backend": busy["backend"],
             "median step (ms)": busy["median_step_ms"],
             "other processes' CPU share (%)": 100 * busy["host_other_cpu_share"],

@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboard import catalog, charts, data, ui
 from tpubench.analysis import compiles as analysis
+from tpubench.analysis.steps import job_steps
 
 CONFIG = (
     "run_id", "invocation_id", "started_at", "finished_at", "suite", "workload", "size", "backend", "device", "mode",
@@ -128,11 +129,16 @@ def main() -> None:
         for line in str(run["warnings"]).splitlines():
             st.warning(line)
     if pd.notna(run["median_step_ms"]):
-        steps = data.steps(view.results, (invocation,), (run_id,), "measure", ("step", "step_ms"))
+        steps = data.steps(
+            view.results, (invocation,), (run_id,), "measure", ("run_id", "phase", "step", "rank", "step_ms")
+        )
         ui.warn_skipped(steps.skipped)
         if not steps.frame.empty:
+            # a multi-rank run's job: per step its slowest rank's time, which the median, p10 and
+            # p90 drawn over it are; every rank's samples would be twice the steps, half of them faster
+            job = job_steps(steps.frame)
             st.plotly_chart(
-                charts.step_histogram(steps.frame, run["median_step_ms"], run["p10_step_ms"], run["p90_step_ms"]),
+                charts.step_histogram(job, run["median_step_ms"], run["p10_step_ms"], run["p90_step_ms"]),
                 key="run-histogram",
             )
     left, middle, right = st.columns(3)

@@ -1,12 +1,13 @@
 """Change points in the history of each series: which invocation (and git sha) shifted a metric.
 
-A series is one configuration, (workload, size, mode, dtype, backend, device, shape), over
-time; each invocation contributes one point, the median of its runs' medians. Detection is
-ruptures' PELT on the log values (a multiplicative shift is a step there), and every
-change it proposes must then pass Welch's t-test between the log values of the segments
-either side, a minimum relative shift, and a minimum segment length on both sides, with
-that many invocations after it measured nearer the new level than the old, so a single
-slow night is never reported and a shift is reported only once it has persisted.
+A series is one configuration (:mod:`tpubench.analysis.identity`: workload, size, mode,
+dtype, backend, device, shape, layout, a user's model's hash) over time; each invocation
+contributes one point, the median of its runs' medians. Detection is ruptures' PELT on the
+log values (a multiplicative shift is a step there), and every change it proposes must then
+pass Welch's t-test between the log values of the segments either side, a minimum relative
+shift, and a minimum segment length on both sides, with that many invocations after it
+measured nearer the new level than the old, so a single slow night is never reported and a
+shift is reported only once it has persisted.
 
 Why Welch's t on the logs and not a rank test: a rank test over 3 points against 3 can never
 reach p < 0.01 (its best two-sided p is 0.1; 5 against 5 is the fewest that can), so with
@@ -35,22 +36,12 @@ import pandas as pd
 import ruptures
 from scipy import stats
 
-from tpubench.spec import DIMENSIONS
+from tpubench.analysis.identity import CONFIG_KEYS, configurations
 
-#: what makes a series: one configuration measured over time (a user's model changed under
-#: one reference, a new ``model_hash``, starts a new series)
-SERIES_KEYS = (
-    "workload",
-    "size",
-    "mode",
-    "dtype",
-    "backend",
-    "device",
-    "batch_size",
-    *DIMENSIONS,
-    "gen_len",
-    "model_hash",
-)
+#: what makes a series: one configuration (:mod:`tpubench.analysis.identity`) measured over
+#: time; a user's model changed under one reference (a new ``model_hash``) or another layout
+#: (2 devices rather than 1) is another series
+SERIES_KEYS = CONFIG_KEYS
 #: metrics where a larger value is worse
 LOWER_IS_BETTER = (
     *("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes"),
@@ -87,7 +78,7 @@ def series_points(runs: pd.DataFrame, metric: str = "median_step_ms") -> pd.Data
     Columns: the series keys, invocation_id, git_sha, started_at (the invocation's first run)
     and value.
     """
-    ok = runs[(runs["status"] == "ok") & runs[metric].notna()]
+    ok = configurations(runs[(runs["status"] == "ok") & runs[metric].notna()])
     grouped = ok.groupby([*SERIES_KEYS, "invocation_id"], dropna=False, sort=False)
     points = grouped.agg(started_at=("started_at", "min"), git_sha=("git_sha", "first"), value=(metric, "median"))
     return points.reset_index().sort_values([*SERIES_KEYS, "started_at"], na_position="first").reset_index(drop=True)

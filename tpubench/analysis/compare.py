@@ -20,12 +20,15 @@ one process. The unit of replication is therefore the *run*, and a verdict needs
    steps), p below :attr:`Settings.alpha`.
 
 A change that passes 2 but not 1 or 3 is ``inconclusive`` (more runs would tell), never a
-regression. Each row also gives the smallest change its runs could detect reliably
-(``detectable_pct``: 95% power at ``alpha`` for the measured between-run spread), so a
-report says when a night had too few runs to see a 10% slowdown; it comes from replaying
-the verdict on draws from the runs' own statistics (:func:`simulated_power`), because a
-shared host's per-run statistics are not normal. Status, new recompilations and new
-CPU-fallback ops regress whatever the numbers say.
+regression. ``unchanged`` is shown, not assumed: it needs the whole CI within ±threshold
+(an equivalence test, as TOST does) over at least ``min_runs`` runs per side; a ratio within
+the threshold whose CI reaches beyond it is ``inconclusive`` too, and its reason says about
+how many runs per side would decide it (:func:`runs_to_decide`). Each row also gives the
+smallest change its runs could detect reliably (``detectable_pct``: 95% power at ``alpha``
+for the measured between-run spread), so a report says when a night had too few runs to see
+a 10% slowdown; it comes from replaying the verdict on draws from the runs' own statistics
+(:func:`simulated_power`), because a shared host's per-run statistics are not normal.
+Status, new recompilations and new CPU-fallback ops regress whatever the numbers say.
 """
 
 from __future__ import annotations
@@ -39,21 +42,22 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from tpubench.analysis.compiles import top_cause
+from tpubench.analysis.identity import CONFIG_KEYS, configurations
+from tpubench.analysis.ranktest import mann_whitney_p, u_counts
 from tpubench.analysis.steps import job_steps
 from tpubench.hostload import BUSY_SHARE, is_busy
-from tpubench.spec import KEY_FIELDS
 
 #: also shared, unless the two selections have none in common (GPU against TPU)
 SIDE_KEYS = ("backend", "device")
-#: what two runs must share to be compared: a run's identity (``--resume``'s) but for the
-#: sides compared. ``model_hash`` (a user's model's config or source) keeps a changed model
-#: from pairing with its old self; registered workloads' rows have it null, and pair as
-#: before; a multi-device run pairs only with the same layout (device count, plan,
-#: tensor-parallel degree, scaling: ``batch_size`` is its global batch)
-PAIR_KEYS = tuple(key for key in KEY_FIELDS if key not in SIDE_KEYS)
+#: what two runs must share to be compared: their configuration
+#: (:data:`tpubench.analysis.identity.CONFIG_KEYS`) but for the sides compared.
+#: ``model_hash`` (a user's model's config or source) keeps a changed model from pairing with
+#: its old self; registered workloads' rows have it null, and pair as before; a multi-device
+#: run pairs only with the same layout (device count, plan, tensor-parallel degree, scaling:
+#: ``batch_size`` is its global batch), and a 1-device run with any other 1-device run
+PAIR_KEYS = tuple(key for key in CONFIG_KEYS if key not in SIDE_KEYS)
 #: statuses that measured nothing: left out of comparisons
 UNTIMED = frozenset({"unavailable", "skipped"})
 #: a candidate in one of these, where the baseline was ok, has regressed
@@ -206,7 +210,7 @@ def compare_runs(
     compile regression name its cause and source line. Columns: :data:`COLUMNS`.
     """
     settings = settings or Settings()
-    baseline_runs, candidate_runs = _timed(baseline_runs), _timed(candidate_runs)
+    baseline_runs, candidate_runs = configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs))
     keys = keys or pair_keys(baseline_runs, candidate_runs)
     steps = job_steps(pd.concat([baseline_steps, candidate_steps], ignore_index=True))
     steps = steps[steps["phase"] == "measure"]
@@ -419,9 +423,11 @@ def _mad_sd(*groups: np.ndarray) -> float:
     """A robust sd: the median absolute deviation of each group about its own median, pooled,
     scaled to a normal sd."""
     deviations = np.concatenate([np.abs(group - np.median(group)) for group in groups])
-    return float(np.median(deviations) / stats.norm.ppf(0.75))
+    return float(np.median(deviations) / NORMAL_Q3)
 
 
+#: the standard normal's upper quartile (scipy.stats.norm.ppf(0.75)): a MAD over it estimates an sd
+NORMAL_Q3 = 0.6744897501960817
 #: simulated nights per power estimate: a 95% power is then known to about ±1%
 SIMULATIONS = 400
 
@@ -444,7 +450,7 @@ def simulated_power(
     rng = np.random.default_rng(settings.seed)
     base = _smoothed_draws(noise, (SIMULATIONS, n_base), rng)
     test = _smoothed_draws(noise, (SIMULATIONS, n_test), rng) * (1 + change)
-    p_values = stats.mannwhitneyu(test, base, axis=1, method="auto").pvalue  # as the verdict does
+    p_values = mann_whitney_p(test, base)  # as the verdict does, one test per simulated night
     ratios = np.median(test, axis=1) / np.median(base, axis=1)
     return float(np.mean((p_values < settings.alpha) & (ratios > 1 + threshold)))
 
@@ -454,7 +460,7 @@ def _smoothed_draws(values: np.ndarray, shape: tuple[int, int], rng: np.random.G
     jitter (Silverman's bandwidth), so that draws do not tie where real runs would not, which
     would weaken the rank test on a handful of runs."""
     logs = np.log(values)
-    spread = min(np.std(logs), stats.iqr(logs) / 1.349) if logs.size > 1 else 0.0
+    spread = min(np.std(logs), np.subtract(*np.percentile(logs, [75, 25])) / 1.349) if logs.size > 1 else 0.0
     bandwidth = 0.9 * spread * logs.size ** (-1 / 5)
     return np.exp(rng.choice(logs, size=shape) + bandwidth * rng.standard_normal(shape))
 
@@ -501,7 +507,7 @@ def baseline_spread(runs: pd.DataFrame, steps: pd.DataFrame, settings: Settings)
     steps = job_steps(steps)
     measured = steps[steps["phase"] == "measure"].groupby("run_id")["step_ms"]
     statistic = measured.quantile(settings.quantile).rename("statistic")
-    ok = runs[runs["status"] == "ok"].join(statistic, on="run_id").dropna(subset=["statistic"])
+    ok = configurations(runs[runs["status"] == "ok"]).join(statistic, on="run_id").dropna(subset=["statistic"])
     rows = []
     for key, group in ok.groupby(keys, dropna=False, sort=True):
         statistics = group["statistic"].to_numpy(dtype=float)
@@ -552,10 +558,10 @@ def sampled_verdict(
     ci_low, ci_high = (float(v) for v in np.percentile(replicates, [tail, 100 - tail]))
     if len(base_runs) >= 2 and len(test_runs) >= 2:  # runs are the unit of replication
         tested = "runs"
-        p_value = float(stats.mannwhitneyu(test_statistics, base_statistics, method="auto").pvalue)
+        p_value = float(mann_whitney_p(test_statistics, base_statistics))
     else:  # one run's steps against another's: shown, never a verdict (rule 1)
         tested = "steps"
-        p_value = float(stats.mannwhitneyu(np.concatenate(test_runs), np.concatenate(base_runs)).pvalue)
+        p_value = float(mann_whitney_p(np.concatenate(test_runs), np.concatenate(base_runs)))
     sd = between_run_sd(base_statistics, test_statistics)
     detectable = (
         None
@@ -614,10 +620,61 @@ def sampled_verdict(
         )
         found.update(verdict="inconclusive", reason=f"{change}: not shown ({'; '.join(why)}){likely}{power}{busy}")
     else:
-        found.update(
-            verdict="unchanged", reason=f"{change}, within the {100 * metric.threshold:g}% threshold{power}{busy}"
-        )
+        found.update(_equivalence(ratio, ci_low, ci_high, len(base_runs), len(test_runs), metric, settings))
+        found["reason"] = f"{change}{found['reason']}{power}{busy}"
     return found
+
+
+def _equivalence(
+    ratio: float, ci_low: float, ci_high: float, n_base: int, n_test: int, metric: Metric, settings: Settings
+) -> dict[str, str]:
+    """The verdict of a change whose point estimate lies within the threshold, and the tail of
+    its reason. ``unchanged`` only when the whole CI lies within ±threshold, over at least
+    :attr:`Settings.min_runs` runs per side: an equivalence test (what TOST does), so that a
+    night whose runs vary too much to tell a 20% change from none is ``inconclusive``, not
+    ``unchanged`` (a model whose runs took 5 to 25 ms, the same both nights, read unchanged
+    with a CI of -50% .. +100%). With fewer runs the CI does not yet carry the noise between
+    runs, which is what misleads on a shared host."""
+    bound = 1 + metric.threshold
+    threshold = f"the {100 * metric.threshold:g}% threshold"
+    within = 1 / bound < ci_low and ci_high < bound
+    enough = min(n_base, n_test) >= settings.min_runs
+    if within and enough:
+        return {"verdict": "unchanged", "reason": f", within {threshold} (the whole CI)"}
+    needed = runs_to_decide(ratio, ci_low, ci_high, n_base, n_test, metric.threshold, settings.min_runs)
+    if needed is None:
+        decide = f"no number of runs would decide it: the change lies on {threshold}"
+    elif needed > MOST_RUNS_NAMED:
+        decide = f"more than {MOST_RUNS_NAMED} runs per side would be needed to decide it"
+    else:
+        decide = f"about {needed} runs per side would decide it (the CI narrows as 1/√runs)"
+    if not within:
+        why = f"within {threshold}, but its CI reaches beyond it, so no change is not shown"
+    else:
+        why = f"within {threshold}, but {n_base} vs {n_test} run(s): a verdict needs {settings.min_runs} runs per side"
+    return {"verdict": "inconclusive", "reason": f": {why}; {decide}"}
+
+
+#: the most runs per side an inconclusive reason names (beyond it: "more than")
+MOST_RUNS_NAMED = 1000
+
+
+def runs_to_decide(
+    ratio: float, ci_low: float, ci_high: float, n_base: int, n_test: int, threshold: float, min_runs: int
+) -> int | None:
+    """About how many runs per side would bring a CI around ``ratio`` within ±``threshold``,
+    the CI's half-widths (in log space) shrinking as 1/√runs, as a bootstrap's over runs does:
+    the variance of the log ratio goes as 1/n_base + 1/n_test, which N runs per side make 2/N.
+    At least ``min_runs``; None when ``ratio`` itself is not within the threshold (no number of
+    runs shows equivalence then)."""
+    room = math.log1p(threshold)
+    centre = math.log(ratio)
+    if abs(centre) >= room:
+        return None
+    factor = max(math.log(ci_high) - centre, 0.0) / (room - centre)
+    factor = max(factor, max(centre - math.log(ci_low), 0.0) / (room + centre))
+    needed = 2 * factor**2 / (1 / n_base + 1 / n_test)
+    return max(min_runs, math.ceil(needed - 1e-9))  # 20.000000001 is 20
 
 
 @cache
@@ -631,16 +688,7 @@ def rank_test_floor(n_base: int, n_test: int, alpha: float) -> tuple[int, float]
     p = 2/252 = 0.0079), so one noisy run turns any change, however large, inconclusive; a
     reason that says so tells the reader what more runs would buy.
     """
-    size = n_base * n_test + 1
-    counts = np.zeros(size)  # the lower coefficients of the Gaussian binomial [n+m choose n]_q
-    counts[0] = 1.0
-    for i in range(1, n_base + 1):
-        shift = n_test + i
-        if shift < size:
-            counts[shift:] -= counts[:-shift].copy()  # x (1 - q^(m+i))
-        for k in range(i, size):  # ÷ (1 - q^i), as a power series
-            counts[k] += counts[k - i]
-    p_values = 2 * np.cumsum(counts) / math.comb(n_base + n_test, n_base)
+    p_values = 2 * np.cumsum(u_counts(n_base, n_test)) / math.comb(n_base + n_test, n_base)
     return int(np.sum(p_values < alpha)) - 1, float(min(1.0, p_values[0]))
 
 
@@ -886,7 +934,10 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
             f"{prefix}_tokens_per_usd": tokens_per_s * 3600 / price if price and tokens_per_s else None,
         }
 
-    ok = [runs[(runs["status"] == "ok") & runs["median_step_ms"].notna()] for runs in (baseline_runs, candidate_runs)]
+    ok = [
+        configurations(runs[(runs["status"] == "ok") & runs["median_step_ms"].notna()])
+        for runs in (baseline_runs, candidate_runs)
+    ]
     keys = list(PAIR_KEYS)
     base_groups, test_groups = _groups(ok[0], keys), _groups(ok[1], keys)
     rows = []

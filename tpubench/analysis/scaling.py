@@ -27,11 +27,14 @@ import numpy as np
 import pandas as pd
 
 from tpubench import peaks
+from tpubench.analysis.identity import CONFIG_KEYS, ONE_DEVICE
 from tpubench.analysis.prices import Price, device_kind, device_price
 from tpubench.spec import DIMENSIONS, shape_label
 
-#: the columns whose values make a configuration (with :func:`config_key`'s derived ones)
-IDENTITY = ("workload", "size", "model_hash", "backend", "mode", "dtype", *DIMENSIONS, "gen_len")
+#: the columns whose values make a configuration (with :func:`config_key`'s derived ones): every
+#: reader's configuration (:data:`tpubench.analysis.identity.CONFIG_KEYS`) but the layout and
+#: the batch, which scaling keys by what it keeps, and the device, which a table spans
+IDENTITY = tuple(key for key in CONFIG_KEYS if key not in ("device", "batch_size", *ONE_DEVICE))
 #: a configuration, as the columns :func:`with_keys` adds
 CONFIG_KEYS = (*IDENTITY, "parallel", "tp_key", "scaling", "batch_key")
 #: the statuses whose timings count
@@ -148,7 +151,8 @@ def config_key(row: Mapping[str, Any]) -> dict[str, Any]:
 def with_keys(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (normalised) with the :data:`CONFIG_KEYS` columns."""
     frame = normalised(runs)
-    keys = pd.DataFrame([config_key(row) for row in frame.to_dict("records")], index=frame.index, dtype=object)
+    rows = [config_key(row) for row in frame.to_dict("records")]
+    keys = pd.DataFrame(rows, index=frame.index, columns=list(CONFIG_KEYS), dtype=object)  # an empty store too
     for column in ("parallel", "scaling"):
         frame[f"stored_{column}"] = frame[column]
     return frame.drop(columns=["parallel", "scaling"]).join(keys.drop(columns=list(IDENTITY)))

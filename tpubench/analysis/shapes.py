@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tpubench.schema import RUNS
 from tpubench.spec import DIMENSIONS, parallel_label
+
+#: the runs columns that hold whole numbers (a shape, a count), null where a row has none
+INTEGER_COLUMNS = frozenset(field.name for field in RUNS if field.type == "int64")
 
 
 def shape_labels(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
@@ -39,3 +43,15 @@ def layout_labels(frame: pd.DataFrame) -> pd.Series:
         for parallel, devices, tp_size in zip(frame["parallel"], frame["devices"], tp, strict=True)
     ]
     return pd.Series(layouts, index=frame.index, dtype="string")
+
+
+def whole_numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its :data:`INTEGER_COLUMNS` as nullable integers, for display. Parquet's
+    int64 with nulls loads as float64, so a text row's ``seq_len`` showed as 128.0 beside an
+    image row's empty one; a column with a fraction in it (not a count after all) is kept."""
+    cast = {}
+    for column in INTEGER_COLUMNS & set(frame.columns):
+        values = frame[column]
+        if pd.api.types.is_float_dtype(values) and (values.dropna() % 1 == 0).all():
+            cast[column] = values.astype("Int64")
+    return frame.assign(**cast) if cast else frame

@@ -34,6 +34,7 @@ import typer
 
 from tpubench import store
 from tpubench.analysis import compare
+from tpubench.analysis.identity import CONFIG_KEYS, config_labels, spec_key
 from tpubench.cli.common import BadInput, app, console, key_values, writable_dir, writable_results
 from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
 from tpubench.cli.planning import (
@@ -58,7 +59,7 @@ from tpubench.cli.planning import (
 from tpubench.cli.run import local_backends, suite_progress
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
-from tpubench.spec import DTYPES, RunSpec, parallel_label
+from tpubench.spec import DTYPES, RunSpec
 from tpubench.store import StoreError
 
 #: rounds of a night without a baseline to size it by (its runs then size the next night)
@@ -109,8 +110,8 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     if base is None:
         return FIRST_NIGHT_ROUNDS, "no baseline to measure the noise from"
     spreads = compare.baseline_spread(base.runs, base.steps, settings)
-    keys = [*compare.PAIR_KEYS, "backend"]
-    planned = {tuple(getattr(spec, key) for key in keys) for spec in specs}
+    keys = [key for key in CONFIG_KEYS if key != "device"]
+    planned = {spec_key(spec.to_json()) for spec in specs}
     # a dimension the workload does not take is NaN in the frame and None in the spec
     tonight = [
         tuple(None if value != value else value for value in row) in planned
@@ -123,7 +124,7 @@ def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.
     needed = [compare.runs_needed(noise, compare.DETECT, settings, threshold, most) for noise in spreads["statistics"]]
     index = max(range(len(needed)), key=lambda i: needed[i] or math.inf)  # None: no number of rounds is enough
     worst = spreads.iloc[index]
-    label = f"{worst['workload']}/{worst['size']} {worst['backend']} {worst['mode']}"
+    label = config_labels(spreads.iloc[[index]], backend=True).iloc[0]
     detect = f"a {100 * compare.DETECT:g}% slowdown"
     varies = f"{label}'s {worst['runs']} baseline runs vary ±{100 * worst['spread']:.0f}%"
     if needed[index] is not None:
@@ -362,14 +363,14 @@ def _history(
         markup=False,
         highlight=False,
     )
-    for row in compare.regressions(creep).to_dict("records"):
-        console.print(f"  {_label(row)}: {row['reason']}", markup=False, highlight=False)
+    for label, row in _labels(compare.regressions(creep)):
+        console.print(f"  {label}: {row['reason']}", markup=False, highlight=False)
     return verdict == "regressed"
 
 
-def _label(row: dict) -> str:
-    layout = parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size"))
-    return f"{row['workload']}/{row['size']} {row['test_backend']} {row['mode']}" + (f" {layout}" if layout else "")
+def _labels(rows: pd.DataFrame) -> list[tuple[str, dict]]:
+    """Each comparison row with its configuration's label, its backend and device too."""
+    return list(zip(config_labels(rows, backend=True), rows.to_dict("records"), strict=True))
 
 
 def _closing(comparison: pd.DataFrame | None, failed: pd.DataFrame, compared: bool) -> list[str]:
@@ -385,13 +386,13 @@ def _closing(comparison: pd.DataFrame | None, failed: pd.DataFrame, compared: bo
     verdict = compare.overall_verdict(comparison)
     if verdict == "regressed":
         lines = [f"REGRESSED ({tally}):"]
-        for row in compare.regressions(comparison).to_dict("records"):
-            lines.append(f"  {_label(row)}: {row['reason']}")
+        for label, row in _labels(compare.regressions(comparison)):
+            lines.append(f"  {label}: {row['reason']}")
         return lines
     if verdict == "inconclusive":
         lines = [f"INCONCLUSIVE: {compare.overall_reason(comparison)} ({tally}):"]
-        for row in compare.undecided(comparison).to_dict("records"):
+        for label, row in _labels(compare.undecided(comparison)):
             if row["metric"] == "step":
-                lines.append(f"  {_label(row)}: {row['reason']}")
+                lines.append(f"  {label}: {row['reason']}")
         return lines
     return [f"{verdict} ({tally})"]

@@ -44,8 +44,17 @@ def command_group(
     one it runs (typer would otherwise take a lone command as the whole program)."""
 
 
-# Piped output (CI logs, README examples) is not squeezed into 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 200)
+def console_width(environ: dict[str, str], tty: bool) -> int | None:
+    """The terminal width tables are drawn to: ``COLUMNS`` when the user set it (piped or not:
+    ``COLUMNS=80 tpubench compare | less`` was drawn 200 wide); else the terminal's (None) on a
+    terminal, 200 when piped, so that CI logs and README examples are not squeezed into 80."""
+    columns = environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if tty else 200
+
+
+console = Console(width=console_width(dict(os.environ), sys.stdout.isatty()))
 
 
 class BadInput(TyperException):

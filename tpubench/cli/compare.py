@@ -20,13 +20,14 @@ from rich.table import Table
 from rich.text import Text
 
 from tpubench import store
-from tpubench.analysis import changepoints, compare
+from tpubench.analysis import compare
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
+from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
+from tpubench.analysis.shapes import whole_numbers
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.spec import parallel_label, shape_label
 from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
@@ -99,12 +100,6 @@ def _number(value: Any, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _config(row: dict[str, Any]) -> str:
-    shape = shape_label(row["batch_size"], row, row.get("gen_len"), prefix="")
-    layout = parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size"))
-    return f"{row['workload']}/{row['size']} {row['mode']} {row['dtype']} {shape}" + (f" {layout}" if layout else "")
-
-
 def _change(ratio: Any) -> str:
     return "-" if ratio is None or ratio != ratio else f"{100 * (ratio - 1):+.1f}%"
 
@@ -131,7 +126,8 @@ def comparison_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, i
         ("why", "left"),
     ):
         table.add_column(header, justify=justify, overflow="fold")
-    for row in shown.astype(object).where(shown.notna(), None).to_dict("records"):
+    labels = config_labels(shown)
+    for label, row in zip(labels, shown.astype(object).where(shown.notna(), None).to_dict("records"), strict=True):
         backend = row["test_backend"] or row["base_backend"]
         if row["base_backend"] and row["test_backend"] and row["base_backend"] != row["test_backend"]:
             backend = f"{row['base_backend']} -> {row['test_backend']}"
@@ -141,7 +137,7 @@ def comparison_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, i
             else f"{_change(row['ci_low'])}..{_change(row['ci_high'])}"
         )
         table.add_row(
-            _config(row),
+            label,
             str(backend),
             f"{row['metric']} ({row['unit']})" if row["unit"] else row["metric"],
             _number(row["base_value"]),
@@ -171,9 +167,10 @@ def cross_table(cross: pd.DataFrame) -> Table:
         "caveat",
     ):
         table.add_column(header, justify="left" if header.startswith(("config", "baseline ->", "caveat")) else "right")
-    for row in cross.to_dict("records"):
+    for label, row in zip(config_labels(cross), cross.to_dict("records"), strict=True):
+        caveat = row.get("caveat")
         table.add_row(
-            _config(row),
+            label,
             f"{row['base_backend']} ({row['base_device']}) -> {row['test_backend']} ({row['test_device']})",
             _number(row["base_step_ms"]),
             _number(row["test_step_ms"]),
@@ -183,13 +180,14 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
-            row.get("caveat") or "",
+            "" if caveat is None or pd.isna(caveat) else str(caveat),  # NaN where no pair has one
         )
     return table
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(frame.to_json(orient="records", date_format="iso"))
+    """``frame`` as JSON records, whole-number columns as integers (``seq_len`` 128, not 128.0)."""
+    return json.loads(whole_numbers(frame).to_json(orient="records", date_format="iso"))
 
 
 def run_comparison(
@@ -304,6 +302,7 @@ def regressions_command(
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when a change point is a regression.")] = False,
 ) -> None:
     """Change points in each series' history, and the invocation and git sha that introduced each."""
+    from tpubench.analysis import changepoints  # ruptures and scipy: only the command that needs them
     from tpubench.schema import RUNS
 
     numeric = [f.name for f in RUNS if f.type in ("double", "int64") and f.name not in compare.PAIR_KEYS]
@@ -315,8 +314,8 @@ def regressions_command(
     found = changepoints.change_points(runs, metric, settings)
     if metric in COMPILE_METRICS and not found.empty:  # what compiled after warm-up, and where
         compiles = store.load_compiles(results, invocation_id=list(found["invocation_id"]))
-        found["cause"] = change_point_causes(found, runs, compiles, changepoints.SERIES_KEYS)
-    series = runs[runs["status"] == "ok"].groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups
+        found["cause"] = change_point_causes(found, configurations(runs), compiles, CONFIG_KEYS)
+    series = configurations(runs[runs["status"] == "ok"]).groupby(list(CONFIG_KEYS), dropna=False).ngroups
     if as_json:
         print(json.dumps(_records(found), indent=1))
     else:
@@ -336,9 +335,9 @@ def regressions_command(
                 "",
             ):
                 table.add_column(header)
-            for row in found.to_dict("records"):
+            for label, row in zip(config_labels(found), found.to_dict("records"), strict=True):
                 table.add_row(
-                    _config(row),
+                    label,
                     row["backend"],
                     str(row["device"]),
                     f"{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}",

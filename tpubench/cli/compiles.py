@@ -18,7 +18,7 @@ from rich.table import Table
 
 from tpubench import store
 from tpubench.analysis import compiles as analysis
-from tpubench.analysis.changepoints import SERIES_KEYS
+from tpubench.analysis.identity import CONFIG_KEYS, configurations
 from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.compare import _records
 from tpubench.cli.ops import _find_run, _label, _results_dir, _value
@@ -97,6 +97,12 @@ def _event_table(events: pd.DataFrame) -> Table:
     return table
 
 
+#: what an unknown run's error points at: this command's own list, not ``tpubench ops``'s profiled runs
+LIST_HINT = (
+    "`tpubench compiles` lists the runs and what they compiled (`tpubench compiles --results DIR` for another store)"
+)
+
+
 @app.command("compiles")
 def show_compiles(
     run_ids: Annotated[
@@ -130,7 +136,7 @@ def show_compiles(
     if explain and store.is_remote(results):
         raise BadInput(f"--results {results}: --explain writes its diagnostics beside a local store; give one")
     results_dir = _results_dir(results)
-    runs = [_compiling(_find_run(results_dir, run_id)) for run_id in run_ids]
+    runs = [_compiling(_find_run(results_dir, run_id, LIST_HINT)) for run_id in run_ids]
     if explain:
         from tpubench import explain as diagnose  # the worker's machinery: only --explain needs it
         from tpubench.cli.planning import pythons
@@ -161,7 +167,8 @@ def _show(results_dir: Path | str, run: dict[str, Any], as_json: bool) -> None:
 
 
 def _diff(results_dir: Path | str, base_run: dict[str, Any], test_run: dict[str, Any], as_json: bool) -> None:
-    differs = [key for key in SERIES_KEYS if _value(base_run, key) != _value(test_run, key)]
+    base_key, test_key = configurations(pd.DataFrame([base_run, test_run])).to_dict("records")
+    differs = [key for key in CONFIG_KEYS if _value(base_key, key) != _value(test_key, key)]
     if differs:
         raise BadInput(
             f"runs {base_run['run_id']} and {test_run['run_id']} are not two runs of one configuration "

@@ -118,13 +118,43 @@ def parallel_plan(workload: Workload) -> dict[str, Any] | None:
     return {"fsdp_units": list(plan.fsdp_units), "tp": dict(plan.tp), "tp_divides": list(plan.tp_divides)}
 
 
-def size_entry(workload: Workload, size: str) -> dict[str, Any]:
-    """One size: its suites, its parameter count built on the meta device (no memory, no
-    init), and the published figure with its source where the size has one."""
-    import torch
+#: the in-place random fills torch.nn.init draws weights with
+RANDOM_FILLS = ("normal_", "uniform_", "random_", "exponential_", "bernoulli_", "log_normal_", "cauchy_", "geometric_")
 
+
+def _parameters_on_meta() -> Any:
+    """A torch function mode under which a model is built with its uninitialised tensors
+    (``torch.empty``: every ``nn.Linear``'s, ``nn.Embedding``'s ... weight) on the meta device,
+    and ``torch.nn.init``'s functions and the random fills of :data:`RANDOM_FILLS` do nothing;
+    what a model computes while it is built (a buffer of positions) is computed on the CPU.
+
+    Why not ``with torch.device("meta")``: every computation on a meta tensor runs torch's
+    Python reference implementations, whose first call imports torch._dynamo (about 6 s of
+    ``tpubench list`` here, for a parameter count). ``tpubench list`` is tested to import no
+    torch._dynamo."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    fills = {getattr(torch.Tensor, name) for name in RANDOM_FILLS}
+
+    class ParametersOnMeta(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            if func in fills or getattr(func, "__module__", None) == "torch.nn.init":  # each fills in place
+                return args[0] if args else kwargs.get("tensor")  # init.normal_(tensor=w)
+            if func is torch.empty and kwargs.get("device") is None:
+                return func(*args, **{**kwargs, "device": "meta"})
+            return func(*args, **kwargs)
+
+    return ParametersOnMeta()
+
+
+def size_entry(workload: Workload, size: str) -> dict[str, Any]:
+    """One size: its suites, its parameter count built with its weights on the meta device (no
+    memory, no init: :func:`_parameters_on_meta`), and the published figure with its source
+    where the size has one."""
     config = workload.config(size)
-    with torch.device("meta"):
+    with _parameters_on_meta():
         model = workload.build_model(config)
     published = workload.published.get(size)
     return {

@@ -20,9 +20,9 @@ from rich.table import Table
 from tpubench import peaks, store, viewer
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, SOURCES
+from tpubench.analysis.identity import config_labels
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.spec import shape_label
 from tpubench.store import StoreError
 from tpubench.traces import TraceError, ingest, locate
 
@@ -59,14 +59,13 @@ def _value(run: dict[str, Any], key: str) -> Any:
 
 
 def _label(run: dict[str, Any]) -> str:
-    return (
-        f"{run['workload']}/{run['size']} {run['backend']} {run['mode']} {run['dtype']} "
-        f"{shape_label(run['batch_size'], run, run.get('gen_len'))}"
-    )
+    """The run's configuration as every reader labels it (:func:`config_labels`), with its backend."""
+    return str(config_labels(pd.DataFrame([run]), backend=True).iloc[0])
 
 
-def _find_run(results_dir: Path | str, run_id: str) -> dict[str, Any]:
-    """The run whose id is ``run_id`` or starts with it (a unique prefix of 4 or more characters)."""
+def _find_run(results_dir: Path | str, run_id: str, hint: str = LIST_HINT) -> dict[str, Any]:
+    """The run whose id is ``run_id`` or starts with it (a unique prefix of 4 or more characters);
+    an unknown one is a BadInput ending with ``hint``: the command that lists the runs to give."""
     try:
         runs = store.load_runs(results_dir)
     except StoreError as error:
@@ -77,7 +76,7 @@ def _find_run(results_dir: Path | str, run_id: str) -> dict[str, Any]:
     if len(found) > 1:
         raise BadInput(f"run id {run_id!r} is ambiguous ({', '.join(found['run_id'])}); give more of it")
     if found.empty:
-        raise BadInput(f"unknown run {run_id!r} in {results_dir}; {LIST_HINT}")
+        raise BadInput(f"unknown run {run_id!r} in {results_dir}; {hint}")
     return found.iloc[0].to_dict()
 
 

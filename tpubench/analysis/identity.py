@@ -1,0 +1,77 @@
+"""One definition of what a configuration is, and of how one reads, for every reader of a store.
+
+A configuration is what a run computes and where: :data:`tpubench.spec.KEY_FIELDS` (the
+identity ``--resume`` matches on: workload, size, backend, mode, dtype, shape, a user's
+model's ``model_hash``, and the layout: devices, plan, tensor-parallel degree, scaling) and
+the device it ran on. Summaries, reports, ``regressions`` and Trends, the Overview, Compare
+and the HUD export all group and label runs with this module, so that no reader pools runs
+that another keeps apart: with their own key lists, 1- and 2-device runs of one model read
+as one figure, and two ``hf:bert`` tasks (one reference, two ``model_hash`` values) drew as
+one Trends line.
+
+One decision is made here for all of them: **a 1-device run is a 1-device run, whatever plan
+it was started under.** :func:`tpubench.parallel.apply` leaves a one-device run's model as it
+is (the plan applies to nothing), so ``--devices 1,2 --parallel fsdp``'s 1-device rows are
+the same computation as ``--parallel none``'s; :func:`configurations` reads them with plan
+``none``, tensor-parallel degree 1 and no scaling. Compare then pairs them with plain runs,
+and Scaling, which already took a 1-device row as every plan's N = 1 point, agrees.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tpubench.analysis.shapes import shape_labels
+from tpubench.spec import KEY_FIELDS
+
+#: the columns that make a configuration: a run's identity and the device it ran on
+_AFTER_BACKEND = KEY_FIELDS.index("backend") + 1
+CONFIG_KEYS: tuple[str, ...] = (*KEY_FIELDS[:_AFTER_BACKEND], "device", *KEY_FIELDS[_AFTER_BACKEND:])
+#: the layout columns, and what a row from before ``--devices`` (or a 1-device row) reads as
+ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "scaling": None}
+
+
+def configurations(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with every :data:`CONFIG_KEYS` column, read as one configuration is: a column a
+    frame lacks (a store from before it) is null, or for the layout one device with no plan;
+    a 1-device row's plan is ``none`` (see the module doc). A copy; other columns as they were."""
+    frame = runs.copy()
+    for column in CONFIG_KEYS:
+        if column not in frame:
+            frame[column] = ONE_DEVICE.get(column)
+    devices = pd.to_numeric(frame["devices"]).fillna(1).astype("int64")
+    one = devices == 1
+    frame["devices"] = devices
+    frame["parallel"] = frame["parallel"].astype(object).where(frame["parallel"].notna() & ~one, "none")
+    frame["tp_size"] = pd.to_numeric(frame["tp_size"]).fillna(1).astype("int64").where(~one, 1)
+    frame["scaling"] = frame["scaling"].astype(object).where(frame["scaling"].notna() & ~one, None)
+    return frame
+
+
+def spec_key(values: dict) -> tuple:
+    """A planned run's configuration (a :class:`tpubench.spec.RunSpec`'s fields, ``device``
+    absent) as :func:`configurations` reads the stored row, in :data:`CONFIG_KEYS` order less
+    ``device``; null for a dimension the run does not take."""
+    row = configurations(pd.DataFrame([values])).iloc[0]
+    return tuple(None if pd.isna(row[key]) else row[key] for key in CONFIG_KEYS if key != "device")
+
+
+def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = False) -> pd.Series:
+    """Each row's configuration in words, as every table, chart and picker shows it:
+    ``gpt2/tiny train bfloat16 4x128 fsdp2``, then ``cuda (NVIDIA H100)`` with ``backend``
+    (``frame`` may name the sides ``test_backend``/``test_device``), then a user's model's hash,
+    ``model 68ee1cc9``, so that two models under one reference never read as one."""
+    shape = shape_labels(configurations(frame))
+    text = {column: frame[column].astype("string") for column in ("workload", "size", "mode")}
+    label = text["workload"] + "/" + text["size"] + " " + text["mode"]
+    if dtype:
+        label = label + " " + frame["dtype"].astype("string")
+    label = label + " " + shape
+    if backend:
+        prefix = "" if "backend" in frame else "test_"
+        device = frame[f"{prefix}device"].astype("string").fillna("no device")
+        label = label + " " + frame[f"{prefix}backend"].astype("string") + " (" + device + ")"
+    if "model_hash" in frame:
+        model = frame["model_hash"].astype("string").str.slice(0, 8)
+        label = label.where(model.isna(), label + " model " + model)
+    return label.astype(object)
