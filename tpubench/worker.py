@@ -496,6 +496,30 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
     return {"status": "ok"}
 
 
+def measure_ceiling(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """A ceilings sweep (:mod:`tpubench.ceilings`): measured in this process or, for a
+    collective of a process family, in rank processes started as a multi-device run's are,
+    whose results merge per sample into the slowest rank's."""
+    from tpubench import ceilings
+    from tpubench.ceilings import collective, sweep
+
+    spec = ceilings.CeilingSpec.from_json(request)
+    started = time.perf_counter()
+    try:
+        if ceilings.is_multi_process(spec) and not parallel.ranks_env():
+            from tpubench.parallel import ranks
+
+            launched = ranks.launch(spec, channel, kind="ceiling")
+            result = launched if isinstance(launched, dict) else collective.merge(spec, launched[0])
+        else:
+            result = sweep.measure(spec, channel)
+    except Exception as error:
+        traceback.print_exc()
+        result = {"status": "oom" if _is_oom(error) else "failed", "error": f"{type(error).__name__}: {error}"}
+    result["worker_wall_s"] = time.perf_counter() - started
+    return result
+
+
 def watch_parent(lifeline_fd: int, scratch: str | None) -> None:
     """Die with the parent: when ``lifeline_fd`` reaches end of file (the parent exited or was
     killed, so nobody will read this run), kill this worker's children, remove its scratch
@@ -521,6 +545,9 @@ def serve(request: dict[str, Any], channel_fd: int, lifeline_fd: int, scratch: s
     channel = Channel(channel_fd)
     if request["kind"] == "probe":
         channel.send("result", result=probe(request.get("backends") or list(BACKENDS)))
+        return
+    if request["kind"] == "ceiling":
+        channel.send("result", result=measure_ceiling(request["spec"], channel))
         return
     spec = RunSpec.from_json(request["spec"])
     if request["kind"] == "verify":

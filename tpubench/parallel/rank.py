@@ -32,9 +32,11 @@ def main() -> None:
     request = json.loads(sys.stdin.buffer.readline())
     worker.watch_parent(sys.stdin.fileno(), None)
     channel = worker.Channel(args.channel_fd)
-    spec = RunSpec.from_json(request["spec"])
     try:
-        result = worker.measure(spec, channel)
+        if request.get("kind") == "ceiling":  # a rank of a collective ceilings sweep
+            result = worker.measure_ceiling(request["spec"], channel)
+        else:
+            result = worker.measure(RunSpec.from_json(request["spec"]), channel)
     except Exception as error:
         traceback.print_exc()
         status = "oom" if worker._is_oom(error) else "failed"
