@@ -202,6 +202,14 @@ def collective_sizes(device_kind: str, full: bool, max_size: int | None) -> list
     return [size for size in powers_of_two(COLLECTIVE_MIN, top) if (size.bit_length() - 1) % 2 == 0]
 
 
+def size_label(size: int) -> str:
+    """Bytes in the binary unit that reads best: ``64 KiB``, ``128 MiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
 def estimate_bytes(kind: str, size: int, dtype: str, devices: int = 1) -> int:
     """What one point of ``size`` holds on a device, to refuse a sweep that cannot fit:
     matmul A, B and C of size^3 (fp8 adds a bf16 C), STREAM's three arrays, a collective's

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from tpubench.analysis.collectives import busbw_factor
-from tpubench.ceilings import COLLECTIVES, ITEMSIZE, CeilingSpec, collective_sizes, family
+from tpubench.ceilings import COLLECTIVES, ITEMSIZE, CeilingSpec, collective_sizes, family, size_label
 from tpubench.ceilings.device import DeviceFacts
 from tpubench.ceilings.timing import Samples, failed_point, point_columns, sample
 from tpubench.parallel import PROCESS_FAMILIES
@@ -80,7 +80,7 @@ def measure(spec: CeilingSpec, facts: DeviceFacts, notes: list[str]) -> list[dic
     rows: list[dict[str, Any]] = []
     for op in COLLECTIVES:
         for size in collective_sizes(facts.kind, spec.full, spec.max_size):
-            row = {"op": op, "dtype": dtype, "size_bytes": size, "shape": f"{size} B", "bytes_per_op": float(size)}
+            row = {"op": op, "dtype": dtype, "size_bytes": size, "shape": size_label(size), "bytes_per_op": float(size)}
             try:
                 run = operation(op, size, torch_dtype, ITEMSIZE[dtype], world, facts.device)
                 timed = sample(run, facts.backend, spec.sweep, before=dist.barrier, agree=largest_on_any_rank)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tpubench.ceilings import ITEMSIZE, STREAM_ARRAYS, STREAM_KERNELS, CeilingSpec, memory_sizes
+from tpubench.ceilings import ITEMSIZE, STREAM_ARRAYS, STREAM_KERNELS, CeilingSpec, memory_sizes, size_label
 from tpubench.ceilings.device import DeviceFacts
 from tpubench.ceilings.timing import failed_point, point_columns, sample
 
@@ -83,7 +83,7 @@ def measure(spec: CeilingSpec, facts: DeviceFacts, notes: list[str]) -> list[dic
                     "op": kernel,
                     "dtype": dtype,
                     "size_bytes": size,
-                    "shape": f"{size} B",
+                    "shape": size_label(size),
                     "bytes_per_op": float(stream_bytes(kernel, size)),
                 }
                 run = graph_kernel(kernel, a, b, facts.reps) if facts.graph else eager_kernel(kernel, a, b, c)
@@ -120,7 +120,7 @@ def host_copies(spec: CeilingSpec, facts: DeviceFacts) -> list[dict[str, Any]]:
                     "op": op,
                     "dtype": "uint8",
                     "size_bytes": size,
-                    "shape": f"{size} B",
+                    "shape": size_label(size),
                     "bytes_per_op": float(size),
                 }
                 try:
