@@ -584,8 +584,9 @@ def ceiling_rows(
         "tags": json.dumps(tags, sort_keys=True),
     }
     if result["status"] != "ok" or not result.get("points"):
-        error = result.get("error") or "the sweep measured no point"
-        return [{**common, "status": result["status"], "error": error, "warnings": result.get("warnings")}]
+        status = result["status"] if result["status"] != "ok" else "skipped"
+        error = result.get("error") or "the sweep has no point (--max-size below its smallest size?)"
+        return [{**common, "status": status, "error": error, "warnings": result.get("warnings")}]
     sweep_notes = result.get("warnings")
     rows = []
     for point in result["points"]:

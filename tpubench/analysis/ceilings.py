@@ -91,7 +91,10 @@ def summary(ceilings: pd.DataFrame) -> pd.DataFrame:
     lines = []
     for _, group in points.groupby(SUMMARY_KEYS, dropna=False, sort=True):
         rated = group[group["median_rate"].notna()]
-        best = rated.loc[rated["median_rate"].idxmax()] if not rated.empty else group.loc[group["median_s"].idxmin()]
+        timed = group[group["median_s"].notna()]
+        if rated.empty and timed.empty:
+            continue
+        best = rated.loc[rated["median_rate"].idxmax()] if not rated.empty else timed.loc[timed["median_s"].idxmin()]
         sheet = datasheet(best["kind"], best["op"], best["dtype"], best["device"], best["device_kind"])
         rate = best["median_rate"]
         lines.append(

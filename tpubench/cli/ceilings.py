@@ -38,6 +38,10 @@ def _rate(value: Any, unit: Any) -> str:
     return f"{value / scale:,.3g} {prefix}{unit}"
 
 
+#: the smallest point of each kind's sweep: a --max-size below it leaves the kind nothing
+SMALLEST = {"matmul": ceilings.MATMUL_MIN, "memory": ceilings.MEMORY_MIN, "collective": ceilings.COLLECTIVE_MIN}
+
+
 def show(results: str, selector: str | None, as_json: bool) -> None:
     """The table of measured ceilings, each beside the data sheet's figure and their ratio."""
     from tpubench import store
@@ -96,6 +100,9 @@ def check_backend(
     for dtype in dtypes:
         if "matmul" in kinds and dtype not in supported:
             raise BadInput(f"{backend} ({device}) has no {dtype} matmul; valid: {', '.join(supported)}")
+    for kind in kinds:
+        if max_size and max_size < SMALLEST.get(kind, 0):
+            raise BadInput(f"--max-size {max_size} leaves no {kind} point; its smallest is {SMALLEST[kind]}")
     memory = availability.get("memory_bytes")
     if max_size and memory:
         for kind in kinds:
@@ -144,7 +151,7 @@ def plan(
 
 
 def _summary_line(spec: ceilings.CeilingSpec, rows: list[dict[str, Any]]) -> str:
-    ok = [row for row in rows if row["status"] == "ok"]
+    ok = [row for row in rows if row["status"] == "ok" and row.get("median_s") is not None]
     if not ok:
         return f"  {spec.label()}: {rows[0]['status']}: {rows[0].get('error')}"
     rated = [row for row in ok if row.get("median_rate") is not None]
@@ -201,8 +208,13 @@ def ceilings_command(
     specs = []
     for name in backends:
         availability = probes[name]["backends"][name]
+        # by default every kind that applies: collectives where there are devices to group, the
+        # kinds whose smallest point --max-size allows (a kind named with --kind must fit)
+        devices = availability.get("parallel_devices") or 1
         wanted = kinds or [
-            k for k in ceilings.KINDS if k != "collective" or (availability.get("parallel_devices") or 1) > 1
+            k
+            for k in ceilings.KINDS
+            if (k != "collective" or devices > 1) and not (max_size and max_size < SMALLEST.get(k, 0))
         ]
         if availability["available"]:
             check_backend(name, availability, wanted, dtypes, max_size, group_size)
