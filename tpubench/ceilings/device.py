@@ -73,7 +73,8 @@ def facts(backend: Backend) -> DeviceFacts:
     kind = backend.device_kind
     if family in ("xla", "tpu"):
         method = "xla_graph" if family == "xla" else "tpu_queue"
-        return DeviceFacts(backend, device, kind, None, GRAPH_REPS, f"{method}/{GRAPH_REPS}")
+        llc = cpu_llc_bytes() if kind == "cpu" else None  # PJRT CPU runs in the host's caches
+        return DeviceFacts(backend, device, kind, llc, GRAPH_REPS, f"{method}/{GRAPH_REPS}")
     if kind == "cuda":
         llc = torch.cuda.get_device_properties(device).L2_cache_size
         return DeviceFacts(backend, device, kind, llc, 1, "cuda_events")

@@ -200,6 +200,11 @@ def ceilings_command(
         raise BadInput(f"--backend is required; valid: {', '.join(BACKENDS)}")
     kinds = choose("kind", kind, list(ceilings.KINDS))
     dtypes = choose("dtype", dtype, list(ceilings.DTYPES))
+    for name in backends:  # what the family never has is refused before any worker starts
+        family_dtypes = ceilings.supported_dtypes(name)
+        lacking = [d for d in dtypes if d not in family_dtypes]
+        if lacking and (not kinds or "matmul" in kinds):
+            raise BadInput(f"{name} has no {lacking[0]} matmul; valid: {', '.join(family_dtypes)}")
     tags = key_values("--tag", tag)
     results_dir = writable_results(results)
     runner = SuiteRunner(results_dir=results_dir, pythons=pythons(python), tags=tags)
