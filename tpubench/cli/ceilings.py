@@ -21,6 +21,7 @@ from tpubench import ceilings
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, app, choose, console, key_values, writable_results
 from tpubench.cli.planning import pythons
+from tpubench.parallel import PROCESS_FAMILIES
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner, run_ceilings
 
@@ -113,6 +114,11 @@ def check_backend(
                     f"more than the {memory / 2**30:.1f} GiB of {device}"
                 )
     if "collective" in kinds:
+        if ceilings.family(backend) not in PROCESS_FAMILIES:
+            raise BadInput(
+                f"collective ceilings on {backend} (SPMD) have no sweep yet; "
+                f"valid: {', '.join(b for b in BACKENDS if ceilings.family(b) in PROCESS_FAMILIES)}"
+            )
         have = availability.get("parallel_devices") or 1
         if have < 2:
             raise BadInput(f"collective ceilings need at least 2 devices; {backend} has {have} here ({device})")
@@ -219,7 +225,8 @@ def ceilings_command(
         wanted = kinds or [
             k
             for k in ceilings.KINDS
-            if (k != "collective" or devices > 1) and not (max_size and max_size < SMALLEST.get(k, 0))
+            if (k != "collective" or (devices > 1 and ceilings.family(name) in PROCESS_FAMILIES))
+            and not (max_size and max_size < SMALLEST.get(k, 0))
         ]
         if availability["available"]:
             check_backend(name, availability, wanted, dtypes, max_size, group_size)
