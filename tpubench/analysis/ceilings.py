@@ -187,11 +187,15 @@ def curves(ceilings: pd.DataFrame, kind: str) -> pd.DataFrame:
         x = points["m"]
     else:
         x = points["size_bytes"]
-    group = points["devices"].map(lambda n: f" x{int(n)}" if kind == "collective" else "")
-    series = points["backend"] + " " + points["device"].fillna("?") + " " + points["op"] + " " + points["dtype"] + group
+    series = [
+        f"{backend} {device or '?'} {op} {dtype}" + (f" x{int(n)}" if kind == "collective" else "")
+        for backend, device, op, dtype, n in zip(
+            points["backend"], points["device"], points["op"], points["dtype"], points["devices"], strict=True
+        )
+    ]
     return pd.DataFrame(
         {
-            "series": series,
+            "series": pd.Series(series, index=points.index, dtype=object),
             "op": points["op"],
             "dtype": points["dtype"],
             "devices": points["devices"],
