@@ -30,6 +30,7 @@ def test_sweep_arithmetic() -> None:
     assert [stream_bytes(k, 100) for k in ("copy", "scale", "add", "triad")] == [200, 200, 300, 300]
     assert matmul_sizes("cpu", False, 512) == [64, 128, 256, 512]
     assert memory_sizes(32 * 2**20, False, None)[-1] == 128 * 2**20  # 4x a 32 MiB last-level cache
+    assert memory_sizes(50 * 2**20, False, None)[-1] == 256 * 2**20  # at least 4x an H100's 50 MiB L2
     assert collective_sizes("cpu", False, 2**14) == [2**10, 2**12, 2**14]
     assert estimate_bytes("matmul", 1024, "bfloat16") == 3 * 1024 * 1024 * 2
 

@@ -188,10 +188,11 @@ MEMORY_MAX_UNKNOWN = 2**30
 
 
 def memory_sizes(llc_bytes: int | None, full: bool, max_size: int | None) -> list[int]:
-    """Bytes per array of a STREAM sweep: from 1 MiB (below any LLC worth the name) to at
-    least :data:`LLC_MULTIPLE` times the last-level cache, by doubling; --full goes 4x further."""
+    """Bytes per array of a STREAM sweep: from 1 MiB (below any LLC worth the name), by
+    doubling, to the first size at least :data:`LLC_MULTIPLE` times the last-level cache (a
+    50 MiB L2: 256 MiB); --full goes 4x further. ``max_size`` caps it."""
     top = LLC_MULTIPLE * llc_bytes if llc_bytes else MEMORY_MAX_UNKNOWN
-    top = max(top, 4 * MEMORY_MIN) * (4 if full else 1)
+    top = 1 << (max(top, 4 * MEMORY_MIN) * (4 if full else 1) - 1).bit_length()  # a power of two at or above it
     return powers_of_two(MEMORY_MIN, min(top, max_size) if max_size else top)
 
 

@@ -143,6 +143,8 @@ def plan(
     for kind in kinds:
         if kind == "matmul":
             chosen = tuple(dtypes) or ceilings.default_dtypes(backend, capability)
+        elif kind == "latency":  # an empty step has no dtype to speak of
+            chosen = ("float32",)
         else:
             chosen = tuple(d for d in dtypes if d in TENSOR_DTYPES) or ("float32",)
         common = {"backend": backend, "kind": kind, "max_size": max_size, "full": full, "timeout_s": timeout_s}
