@@ -23,6 +23,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tpubench.parallel import PROCESS_FAMILIES
 from tpubench.spec import RunSpec
 
 KINDS = ("matmul", "memory", "collective", "latency")
@@ -226,6 +227,4 @@ def estimate_bytes(kind: str, size: int, dtype: str, devices: int = 1) -> int:
 
 def is_multi_process(spec: CeilingSpec) -> bool:
     """Whether the sweep runs in rank processes (a collective of a process family)."""
-    from tpubench.parallel import PROCESS_FAMILIES
-
     return spec.kind == "collective" and spec.devices > 1 and family(spec.backend) in PROCESS_FAMILIES
