@@ -26,6 +26,7 @@ import pandas as pd
 
 from tpubench import peaks
 from tpubench.analysis.prices import device_kind
+from tpubench.ceilings import LLC_MULTIPLE
 
 #: how the figures of a ceilings point are grouped into one line of ``--show``
 SUMMARY_KEYS = ["backend", "device", "device_kind", "kind", "op", "dtype", "devices"]
@@ -82,15 +83,27 @@ def datasheet(kind: str, op: str, dtype: str, device: Any, device_kind_: str) ->
     return None
 
 
+def beyond_cache(points: pd.DataFrame) -> pd.DataFrame:
+    """STREAM points whose arrays are at least :data:`LLC_MULTIPLE` times the last-level cache,
+    where the figure is the memory's (HBM, DRAM), not a cache's: the ones a memory ceiling and
+    its data-sheet ratio are read from. Other kinds' points, and memory points where the cache
+    is unknown or no point went past it, come back as they are."""
+    memory = points["kind"] == "memory"
+    past = memory & (points["size_bytes"] >= LLC_MULTIPLE * points["llc_bytes"])
+    if not memory.any() or not past.any():
+        return points
+    return points[~memory | past]
+
+
 def summary(ceilings: pd.DataFrame) -> pd.DataFrame:
     """One line per (backend, device, kind, op, dtype, group size) of the latest sweep: its best
-    point (highest median rate; for latency the lowest median time), that point's median,
-    max and p10, and the data sheet's figure with the ratio measured / data sheet.
-    Columns: :data:`SUMMARY_COLUMNS`."""
+    point (highest median rate, for STREAM among the arrays past the caches: :func:`beyond_cache`;
+    for latency the lowest median time), that point's median, max and p10, and the data
+    sheet's figure with the ratio measured / data sheet. Columns: :data:`SUMMARY_COLUMNS`."""
     points = latest_points(ceilings)
     lines = []
     for _, group in points.groupby(SUMMARY_KEYS, dropna=False, sort=True):
-        rated = group[group["median_rate"].notna()]
+        rated = beyond_cache(group[group["median_rate"].notna()])
         timed = group[group["median_s"].notna()]
         if rated.empty and timed.empty:
             continue

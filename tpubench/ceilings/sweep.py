@@ -6,7 +6,6 @@ collective of a process family, in each of its rank processes.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -53,7 +52,6 @@ def measure(spec: CeilingSpec, channel: Any) -> dict[str, Any]:
         "num_threads": torch.get_num_threads(),
         "host_load_1m": load.load_1m,
         "host_other_cpu_share": load.other_cpu_share,
-        "rank": int(os.environ.get("RANK", 0)),
         "points": points,
         "warnings": "\n".join(dict.fromkeys(notes)) or None,
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -31,9 +30,14 @@ TENSOR_DTYPES = ("float32", "bfloat16", "float16")
 PREFIXES = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
 
 
+def _known(value: Any) -> bool:
+    """Neither None nor NaN (a null that came through a DataFrame)."""
+    return value is not None and value == value
+
+
 def _rate(value: Any, unit: Any) -> str:
     """A FLOP/s or B/s figure with the largest prefix that keeps it at or above 1."""
-    if value is None or pd.isna(value) or not isinstance(unit, str):
+    if not _known(value) or not isinstance(unit, str):
         return "-"
     prefix, scale = next(((p, s) for p, s in PREFIXES if value >= s), ("", 1.0))
     return f"{value / scale:,.3g} {prefix}{unit}"
@@ -81,7 +85,7 @@ def show(results: str, selector: str | None, as_json: bool) -> None:
             f"{row['median_s'] * 1e6:,.1f} us" if latency else _rate(row["median_rate"], row["rate_unit"]),
             "-" if latency else _rate(row["max_rate"], row["rate_unit"]),
             _rate(row["datasheet"], row["rate_unit"]),
-            "-" if row["ratio"] is None or pd.isna(row["ratio"]) else f"{100 * row['ratio']:.1f}%",
+            f"{100 * row['ratio']:.1f}%" if _known(row["ratio"]) else "-",
         )
     console.print(table)
 
