@@ -25,6 +25,7 @@ PAGES = (
     PageInfo("Scaling", "app_pages/scaling.py", ":material/stacked_line_chart:"),
     PageInfo("Ops", "app_pages/ops.py", ":material/bar_chart:"),
     PageInfo("Compilation", "app_pages/compilation.py", ":material/build:"),
+    PageInfo("Ceilings", "app_pages/ceilings.py", ":material/vertical_align_top:"),
     PageInfo("Run details", "app_pages/run_details.py", ":material/description:"),
 )
 BY_TITLE = {page.title: page for page in PAGES}

@@ -25,6 +25,7 @@ import streamlit as st
 from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store
+from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import changepoints, compare, identity, scaling
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
@@ -350,7 +351,7 @@ def comparison(
     frame = compare.compare_runs(base, test, base_steps, test_steps, compare.Settings(statistic=statistic), keys)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
     if not set(compare.SIDE_KEYS) <= set(keys):
-        cross = compare.cross_backend(base, test, load_prices())
+        cross = compare.cross_backend(with_attained(results, base), with_attained(results, test), load_prices())
     return Comparison(frame, cross, tuple(keys), summary_table(base), summary_table(test), skipped)
 
 
@@ -386,3 +387,19 @@ def compiles(results: str, invocations: tuple[str, ...], run_ids: tuple[str, ...
     if run_ids is not None:
         filters["run_id"] = list(run_ids)
     return _scan(results, "compiles", **filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def ceilings(results: str) -> Loaded:
+    """Every row of the ceilings table (``tpubench ceilings``); empty for a store without one.
+    A small table (a row per sweep point), read whole."""
+    try:
+        return _scan(results, "ceilings")
+    except store.StoreError:
+        return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
+
+
+def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``mfu_attained`` against the store's measured ceilings, as ``tpubench
+    compare`` computes it (:func:`tpubench.analysis.ceilings.attach_attained`)."""
+    return ceilings_analysis.attach_attained(runs, ceilings(results).frame)

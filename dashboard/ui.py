@@ -121,6 +121,17 @@ def page_view() -> View | None:
     return view
 
 
+def store_view() -> View | None:
+    """The view of a page that reads a table of its own (Ceilings), which a store without
+    runs may still have: None after drawing why the store cannot be read or does not exist."""
+    view: View = st.session_state[_VIEW]
+    warn_skipped(view.skipped)
+    if view.problem and view.problem != "empty":
+        empty_state(view)
+        return None
+    return view
+
+
 def invocation_picker(
     runs: pd.DataFrame, label: str = "Invocation", key: str = "invocation", default: str | None = None
 ) -> str:

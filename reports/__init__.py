@@ -31,6 +31,7 @@ SUMMARY_COLUMNS = [
     "ci_high_step_ms",
     "tokens_per_s",
     "mfu",
+    "mfu_attained",
     "peak_mem_mib",
     "host_busy_runs",
 ]
@@ -123,6 +124,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "ci_high_step_ms": group["ci_high_step_ms"].max(),
                 "tokens_per_s": group["tokens_per_s"].median(),  # decode: output tokens (schema 2)
                 "mfu": group["mfu"].median(),
+                # against the measured ceiling, where the runs were read with one (analysis.ceilings)
+                "mfu_attained": group["mfu_attained"].median() if "mfu_attained" in group else None,
                 "peak_mem_mib": group["peak_mem_bytes"].median() / 2**20,
                 "host_busy_runs": int(group["host_other_cpu_share"].map(is_busy).sum()),
             }

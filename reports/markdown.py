@@ -126,6 +126,8 @@ def cross_markdown(cross: pd.DataFrame) -> str:
     frame["pair"] = frame["base_backend"] + " → " + frame["test_backend"]
     for side in ("base", "test"):
         frame[f"{side}_mfu_pct"] = frame[f"{side}_mfu"] * 100
+        attained = frame.get(f"{side}_mfu_attained", pd.Series(None, index=frame.index, dtype=float))
+        frame[f"{side}_att_pct"] = pd.to_numeric(attained, errors="coerce") * 100
     return table(
         frame,
         {
@@ -136,10 +138,20 @@ def cross_markdown(cross: pd.DataFrame) -> str:
             "speedup": "speedup",
             "base_mfu_pct": "MFU % (base)",
             "test_mfu_pct": "MFU % (cand)",
+            "base_att_pct": "MFU % of measured ceiling (base)",
+            "test_att_pct": "MFU % of measured ceiling (cand)",
             "base_tokens_per_usd": "tokens/$ (base)",
             "test_tokens_per_usd": "tokens/$ (cand)",
             "cost_ratio": "cost ratio",
             "caveat": "caveat",
         },
-        {"speedup": 2, "base_tokens_per_usd": 0, "test_tokens_per_usd": 0, "base_mfu_pct": 1, "test_mfu_pct": 1},
+        {
+            "speedup": 2,
+            "base_tokens_per_usd": 0,
+            "test_tokens_per_usd": 0,
+            "base_mfu_pct": 1,
+            "test_mfu_pct": 1,
+            "base_att_pct": 1,
+            "test_att_pct": 1,
+        },
     )

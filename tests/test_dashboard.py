@@ -597,3 +597,23 @@ def test_pages_open_on_the_latest_invocation_with_something_to_show(serve, tmp_p
     said = texts(app)
     assert "Opened on `inv-night2`" in said and "`inv-cpu`" in said and "compiled nothing" in said
     assert "No run of this invocation compiled a graph" not in said
+
+
+def test_ceilings_draws_each_kind_and_runs_show_mfu_of_the_measured_ceiling(serve, tmp_path: Path) -> None:
+    """A store with a cpu ceilings sweep and a run: the Ceilings page's table and curves, and
+    the Overview's cells of MFU against the measured matmul ceiling (the run's device and dtype)."""
+    path = tmp_path / "results"
+    for line in ("--kind matmul --max-size 128", "--kind memory --max-size 1048576"):
+        done = tpubench(f"ceilings --backend cpu {line} --dtype float32 --results", str(path))
+        assert done.returncode == 0, done.stderr
+    done = tpubench(f"run {TINY} --mode infer --steps 2 --results", str(path))
+    assert done.returncode == 0, done.stderr
+    app = serve(path, "Ceilings")
+    assert app.title[0].value == "Ceilings"
+    table = frames(app)[0]
+    assert {("matmul", "mm"), ("memory", "triad")} <= set(zip(table["kind"], table["op"], strict=True))
+    assert charts(app) == 2  # matmul float32, STREAM triad
+    overview = serve(path)
+    overview.radio(key="value").set_value("mfu_attained").run()
+    cells = frames(overview)[0].iloc[:, 0].str.removesuffix(" ⚠")
+    assert cells.map(float).gt(0).all(), cells

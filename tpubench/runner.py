@@ -32,6 +32,7 @@ from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
 
 if TYPE_CHECKING:
     from tpubench.backends import Backend
+    from tpubench.ceilings import CeilingSpec
     from tpubench.store import InvocationWriter
     from workloads import Workload
 
@@ -515,3 +516,112 @@ class SuiteRunner:
             rows.append(row)
             self.observer.on_finish(spec, row)
         return rows
+
+
+# --- ceilings ---------------------------------------------------------------------------
+
+
+def run_ceiling(
+    spec: CeilingSpec, availability: dict[str, Any], python: str, on_event: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """One ceilings sweep in its own worker, under the device locks of its devices, as a run
+    (:class:`Executor`): the worker's result (``points``: one row each), or why it has none."""
+    if not availability["available"]:
+        return unavailable(availability["reason"])
+    backend = get_backend(spec.backend)
+    env = worker_env(backend.worker_env_for(spec.run_spec()))
+    locks = lock_name(backend.device_kind, env, spec.devices)
+    with devicelock.hold(locks, wait_reporter(on_event)) as waited:
+        started_at = datetime.now(UTC)
+        result = backend.run_on_device(
+            lambda: classify(
+                run_worker(
+                    {"kind": "ceiling", "spec": spec.to_json()},
+                    python=python,
+                    env=env,
+                    timeout_s=spec.timeout_s,
+                    on_event=on_event,
+                    fork=backend.forkable,
+                ),
+                spec.timeout_s,
+            ),
+            wait_reporter(on_event),
+        )
+    return {**result, "device_wait_s": waited, "started_at": started_at, "finished_at": datetime.now(UTC)}
+
+
+#: what a ceilings worker says of its whole sweep, copied onto each of its points' rows
+SWEEP_COLUMNS = (
+    "device",
+    "device_kind",
+    "simulated",
+    "llc_bytes",
+    "timing",
+    "num_threads",
+    "host_load_1m",
+    "host_other_cpu_share",
+    "worker_wall_s",
+    "device_wait_s",
+    "started_at",
+    "finished_at",
+)
+
+
+def ceiling_rows(
+    spec: CeilingSpec, invocation_id: str, tags: dict[str, str], fact: dict[str, Any], result: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The ceilings table's rows of one sweep: a row per point, or one row saying why the
+    sweep measured nothing (unavailable, failed, timed out)."""
+    common = {
+        "run_id": spec.run_id,
+        "invocation_id": invocation_id,
+        "kind": spec.kind,
+        "backend": spec.backend,
+        "devices": spec.devices,
+        **{key: result.get(key) for key in SWEEP_COLUMNS},
+        **{key: fact[key] for key in FACT_COLUMNS},
+        "device": result.get("device") or fact["device"] or None,
+        "backend_versions": json.dumps(fact["backend_versions"], sort_keys=True),
+        "env": json.dumps(fact["env"], sort_keys=True),
+        "fingerprint": fingerprint_hash(fact),
+        "tags": json.dumps(tags, sort_keys=True),
+    }
+    if result["status"] != "ok" or not result.get("points"):
+        status = result["status"] if result["status"] != "ok" else "skipped"
+        error = result.get("error") or "the sweep has no point (--max-size below its smallest size?)"
+        return [{**common, "status": status, "error": error, "warnings": result.get("warnings")}]
+    sweep_notes = result.get("warnings")
+    rows = []
+    for point in result["points"]:
+        notes = "\n".join(filter(None, [point.pop("warnings", None), sweep_notes])) or None
+        rows.append({**common, **point, "warnings": notes})
+    return rows
+
+
+def run_ceilings(
+    runner: SuiteRunner,
+    specs: Sequence[CeilingSpec],
+    on_start: Callable[[CeilingSpec], None] = lambda spec: None,
+    on_event: Callable[[CeilingSpec, dict[str, Any]], None] = lambda spec, event: None,
+) -> list[dict[str, Any]]:
+    """Measure ``specs`` one at a time, each in its worker, and write their rows to the
+    ``ceilings`` table of ``runner``'s store, under its invocation, after each sweep."""
+    from tpubench.store import InvocationWriter
+
+    probes = runner.probe_all([spec.backend for spec in specs])
+    writer = InvocationWriter(runner.results_dir, runner.invocation_id, datetime.now(UTC), tables=("ceilings",))
+    rows: list[dict[str, Any]] = []
+    for spec in specs:
+        on_start(spec)
+        try:
+            availability = probes[spec.backend]["backends"][spec.backend]
+            result = run_ceiling(spec, availability, runner.python_for(spec.backend), lambda e, s=spec: on_event(s, e))
+            fresh = ceiling_rows(
+                spec, runner.invocation_id, runner.tags, facts_for(probes[spec.backend], spec.backend), result
+            )
+            writer.add_rows({"ceilings": fresh})
+        except KeyboardInterrupt:
+            runner.interrupted = True
+            break
+        rows += fresh
+    return rows

@@ -221,4 +221,68 @@ COMPILES = pa.schema(
     ]
 )
 
-TABLES = {"runs": RUNS, "steps": STEPS, "ops": OPS, "compiles": COMPILES}
+#: one row per point of a ceilings sweep (``tpubench ceilings``; docs/ceilings.md): what a
+#: device reaches in a matmul, a STREAM kernel, a collective or an empty step
+CEILINGS = pa.schema(
+    [
+        ("run_id", _string),  # one worker's sweep (a backend, a kind, its dtypes, a group size)
+        ("invocation_id", _string),
+        ("schema_version", pa.int32()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("kind", _string),
+        ("op", _string),
+        ("dtype", _string),
+        ("backend", _string),
+        ("device", _string),
+        ("device_kind", _string),
+        ("devices", _int),
+        ("simulated", pa.bool_()),
+        ("shape", _string),
+        ("m", _int),
+        ("n", _int),
+        ("k", _int),
+        ("size_bytes", _int),
+        ("flops_per_op", _float),
+        ("bytes_per_op", _float),
+        ("status", _string),
+        ("error", _string),
+        ("warnings", _string),
+        ("timing", _string),
+        ("reps", _int),
+        ("flush_bytes", _int),
+        ("llc_bytes", _int),
+        ("samples", _int),
+        ("samples_s", pa.list_(_float)),
+        ("warmup_s", pa.list_(_float)),
+        ("first_s", _float),
+        ("median_s", _float),
+        ("min_s", _float),
+        ("p90_s", _float),
+        ("rate_unit", _string),
+        ("median_rate", _float),
+        ("max_rate", _float),
+        ("p10_rate", _float),
+        ("busbw_factor", _float),
+        ("algbw_median", _float),
+        ("num_threads", _int),
+        ("host_load_1m", _float),
+        ("host_other_cpu_share", _float),
+        ("worker_wall_s", _float),
+        ("device_wait_s", _float),
+        ("host", _string),
+        ("cpu_model", _string),
+        ("device_count", _int),
+        ("python_executable", _string),
+        ("python_version", _string),
+        ("torch_version", _string),
+        ("backend_versions", _string),
+        ("tpubench_version", _string),
+        ("git_sha", _string),
+        ("env", _string),
+        ("fingerprint", _string),
+        ("tags", _string),
+    ]
+)
+
+TABLES = {"runs": RUNS, "steps": STEPS, "ops": OPS, "compiles": COMPILES, "ceilings": CEILINGS}

@@ -43,7 +43,7 @@ from tpubench.schema import SCHEMA_VERSION, TABLES
 
 #: tables whose file an invocation writes only once it has rows: most runs profile nothing,
 #: and eager runs compile nothing
-WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles"})
+WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles", "ceilings"})
 
 
 class StoreError(Exception):
@@ -141,12 +141,14 @@ class InvocationWriter:
     rewritten whole, so a reader still sees the old file or the new one.
     """
 
-    def __init__(self, results_dir: str | Path, invocation_id: str, started_at: datetime):
+    def __init__(
+        self, results_dir: str | Path, invocation_id: str, started_at: datetime, tables: Sequence[str] = tuple(TABLES)
+    ):
         self._location = Location(results_dir)
         self._paths = {
-            name: self._location.join(name, partition(started_at), f"{invocation_id}.parquet") for name in TABLES
+            name: self._location.join(name, partition(started_at), f"{invocation_id}.parquet") for name in tables
         }
-        self._tables = {name: schema.empty_table() for name, schema in TABLES.items()}
+        self._tables = {name: TABLES[name].empty_table() for name in tables}
 
     @property
     def paths(self) -> dict[str, str]:
@@ -159,8 +161,12 @@ class InvocationWriter:
         ops: Iterable[dict[str, Any]] = (),
         compiles: Iterable[dict[str, Any]] = (),
     ) -> None:
-        tables = (("runs", [run]), ("steps", steps), ("ops", ops), ("compiles", compiles))
-        fresh = {name: list(rows) for name, rows in tables}
+        self.add_rows({"runs": [run], "steps": steps, "ops": ops, "compiles": compiles})
+
+    def add_rows(self, tables: dict[str, Iterable[dict[str, Any]]]) -> None:
+        """Add rows to any of this invocation's tables (a ceilings sweep's: ``ceilings``) and
+        rewrite its files."""
+        fresh = {name: list(rows) for name, rows in tables.items()}
         converted = {name: to_table(rows, name) for name, rows in fresh.items() if rows}  # all checked first
         for name, table in converted.items():  # one chunk: a table of a chunk per run writes 10x slower
             self._tables[name] = pa.concat_tables([self._tables[name], table]).combine_chunks()
@@ -367,6 +373,12 @@ def load_compiles(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd
     """One row per compile, graph break, host read or fallback of a run (docs/schema.md);
     e.g. ``load_compiles("results", run_id=run_id)``. Stores from before the table load empty."""
     return load_table(results_dir, "compiles", **filters)
+
+
+def load_ceilings(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """One row per point of a ceilings sweep (docs/ceilings.md); e.g.
+    ``load_ceilings("results", kind="matmul")``. Stores from before the table load empty."""
+    return load_table(results_dir, "ceilings", **filters)
 
 
 def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:

@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from dataclasses import asdict, replace
@@ -28,8 +29,9 @@ import numpy as np
 import psutil
 import torch
 
-from tpubench import compiles, parallel, peaks, verify
+from tpubench import ceilings, compiles, parallel, peaks, verify
 from tpubench.backends import Backend, get_backend
+from tpubench.ceilings import sweep
 from tpubench.hostload import busy_warning
 from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
 from tpubench.models import WorkloadUnavailable, workload_for
@@ -503,6 +505,20 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
         traceback.print_exc()
         return {"status": "failed", "error": f"{type(error).__name__}: {error}"}
     return {"status": "ok"}
+
+
+def measure_ceiling(spec: ceilings.CeilingSpec, channel: Channel) -> dict[str, Any]:
+    """A ceilings sweep (:mod:`tpubench.ceilings`) in this process: the whole sweep, or one
+    rank's part of a collective's (whose launcher, :mod:`tpubench.launch.serve`, merges the
+    ranks' results per sample into the slowest rank's)."""
+    started = time.perf_counter()
+    try:
+        result = sweep.measure(spec, channel)
+    except Exception as error:
+        traceback.print_exc()
+        result = {"status": "oom" if is_oom(error) else "failed", "error": f"{type(error).__name__}: {error}"}
+    result["worker_wall_s"] = time.perf_counter() - started
+    return result
 
 
 def watch_parent(lifeline_fd: int, scratch: str | None) -> None:

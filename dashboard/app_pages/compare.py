@@ -144,6 +144,8 @@ def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
             "speedup x": cross["speedup"],
             "MFU baseline %": cross["base_mfu"].map(percent),
             "MFU candidate %": cross["test_mfu"].map(percent),
+            "MFU of measured ceiling baseline %": cross["base_mfu_attained"].map(percent),
+            "MFU of measured ceiling candidate %": cross["test_mfu_attained"].map(percent),
             "tokens/s baseline": cross["base_tokens_per_s"],
             "tokens/s candidate": cross["test_tokens_per_s"],
             "USD/h baseline": cross["base_usd_per_hour"],

@@ -16,6 +16,7 @@ VALUES = {
     "median_step_ms": ("median step (ms)", lambda v: ui.number(v)),
     "tokens_per_s": ("tokens/s", lambda v: ui.number(v, 0)),
     "mfu": ("MFU (%)", lambda v: ui.number(100 * v, 1) if pd.notna(v) else "-"),
+    "mfu_attained": ("MFU of measured ceiling (%)", lambda v: ui.number(100 * v, 1) if pd.notna(v) else "-"),
     "status": ("status", str),
 }
 NOT_OK_MARK = "✗ "
@@ -83,7 +84,7 @@ def main() -> None:
     ids = tuple(view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"])
     loaded = data.runs(view.results, (invocation,), ids)
     ui.warn_skipped(loaded.skipped)
-    runs = loaded.frame
+    runs = data.with_attained(view.results, loaded.frame)
     counts = runs["status"].value_counts()
     columns = st.columns(5)
     columns[0].metric("Runs", len(runs))
@@ -104,7 +105,8 @@ def main() -> None:
         "Repeated runs of a configuration are pooled (median of their medians). A cell marked ✗ did not finish "
         "ok: its status replaces the number. A cell marked ⚠ has runs measured on a busy host (other processes "
         f"used more than {100 * BUSY_SHARE:.0f}% of the CPUs): their times may be inflated. MFU is empty where the "
-        "device has no peak FLOP/s entry (every CPU)."
+        "device has no peak FLOP/s entry (every CPU); MFU of measured ceiling where `tpubench ceilings` has not "
+        "measured the device's matmul ceiling for the dtype (the Ceilings page)."
     )
     ui.table(matrix(summary, value).style.map(_style), hide_index=False, height="content")
     if summary["median_step_ms"].notna().any():

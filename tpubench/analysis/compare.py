@@ -888,6 +888,8 @@ CROSS_COLUMNS = [
     "speedup",
     "base_mfu",
     "test_mfu",
+    "base_mfu_attained",
+    "test_mfu_attained",
     "base_tokens_per_s",
     "test_tokens_per_s",
     "base_usd_per_hour",
@@ -912,9 +914,15 @@ def busy_caveat(base: pd.DataFrame, test: pd.DataFrame) -> str | None:
     return "; ".join(parts) + ": its step times may be inflated, and the speed-up with them"
 
 
+def _median_or_none(values: pd.Series | None) -> float | None:
+    """The median of the known values; None where the column is absent or all null."""
+    return float(values.median()) if values is not None and values.notna().any() else None
+
+
 def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, prices: Mapping[str, Any]) -> pd.DataFrame:
     """GPU against TPU (any two backends or devices): per configuration, each side's median step,
-    the speedup (baseline step ÷ candidate step), MFU, tokens/s, the device's price per hour
+    the speedup (baseline step ÷ candidate step), MFU (and ``mfu_attained`` where the runs
+    carry it: :func:`tpubench.analysis.ceilings.attach_attained`), tokens/s, the device's price per hour
     (:mod:`tpubench.analysis.prices`) and tokens per dollar; ``cost_ratio`` is the candidate's
     tokens per dollar over the baseline's (above 1: the candidate is cheaper per token).
     Only ok runs count; repeats are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
@@ -929,6 +937,8 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
         return {
             f"{prefix}_step_ms": float(runs["median_step_ms"].median()),
             f"{prefix}_mfu": float(runs["mfu"].median()) if runs["mfu"].notna().any() else None,
+            # against the measured ceiling, where the runs were read with one (analysis.ceilings)
+            f"{prefix}_mfu_attained": _median_or_none(runs.get("mfu_attained")),
             f"{prefix}_tokens_per_s": tokens_per_s,
             f"{prefix}_usd_per_hour": price,
             f"{prefix}_tokens_per_usd": tokens_per_s * 3600 / price if price and tokens_per_s else None,

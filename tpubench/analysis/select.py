@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -59,8 +59,9 @@ class Term:
         return self.field if self.field == "latest" else f"{self.field}{self.op}{self.value}"
 
 
-def parse_selector(text: str) -> list[Term]:
-    """The terms of ``text``; a SelectorError names the first one that is not understood."""
+def parse_selector(text: str, columns: Sequence[str] = RUNS.names) -> list[Term]:
+    """The terms of ``text``; a SelectorError names the first one that is not understood.
+    ``columns`` are those a term may name (another table's: the ceilings table's)."""
     terms = []
     for raw in (part.strip() for part in text.split(",")):
         if not raw:
@@ -83,10 +84,10 @@ def parse_selector(text: str) -> list[Term]:
                 pd.Timestamp(value)
             except ValueError as error:
                 raise SelectorError(f"{field}={value}: not a date (YYYY-MM-DD)") from error
-        elif not field.startswith("tag.") and field not in RUNS.names:
+        elif not field.startswith("tag.") and field not in columns:
             raise SelectorError(
                 f"unknown field {field!r} in selector term {raw!r}; use tag.KEY for tags, "
-                f"or a runs column: {', '.join(RUNS.names)}"
+                f"or a column: {', '.join(columns)}"
             )
         terms.append(Term(field, op, value))
     if not terms:
@@ -149,14 +150,14 @@ def _compare(column: pd.Series, term: Term) -> pd.Series:
     return checks[term.op](text).fillna(False).astype(bool)
 
 
-def select_runs(runs: pd.DataFrame, selector: str | list[Term]) -> pd.DataFrame:
+def select_runs(runs: pd.DataFrame, selector: str | list[Term], columns: Sequence[str] = RUNS.names) -> pd.DataFrame:
     """The rows of ``runs`` (a :func:`tpubench.store.load_runs` frame) that ``selector`` picks.
 
     ``latest`` is applied after the other terms, so ``backend=cuda,latest`` is the latest
     invocation that ran cuda. Raises :class:`SelectorError` for a malformed selector and
     :class:`NoRunsMatch` when nothing is left, naming the values the failing field has.
     """
-    terms = parse_selector(selector) if isinstance(selector, str) else selector
+    terms = parse_selector(selector, columns) if isinstance(selector, str) else selector
     ordered = [t for t in terms if t.field != "latest"] + [t for t in terms if t.field == "latest"]
     if runs.empty:
         raise NoRunsMatch("no runs in the results store")

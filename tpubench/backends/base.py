@@ -54,6 +54,11 @@ class Availability:
     #: devices one multi-device run may use here (GPUs, TPU devices; where devices are
     #: simulated, :func:`simulated_device_limit`); a run asking for more is ``unavailable``
     parallel_devices: int = 1
+    #: memory of one device in bytes (a CPU: what the host has available), where known, so
+    #: that a sweep that cannot fit is refused before it starts (``tpubench ceilings``)
+    memory_bytes: int | None = None
+    #: a CUDA GPU's compute capability ("9.0"), which decides its tensor-core dtypes (TF32, fp8)
+    compute_capability: str | None = None
 
 
 class StepTimer:

@@ -42,6 +42,7 @@ class CpuBackend(Backend):
             device_count=1,
             versions={"torch": torch.__version__},
             parallel_devices=simulated_device_limit(),
+            memory_bytes=psutil.virtual_memory().available,
         )
 
     def device(self) -> torch.device:

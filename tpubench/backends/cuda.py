@@ -62,6 +62,8 @@ class CudaBackend(Backend):
             device_name=torch.cuda.get_device_name(0),
             device_count=torch.cuda.device_count(),
             parallel_devices=torch.cuda.device_count(),
+            memory_bytes=torch.cuda.get_device_properties(0).total_memory,
+            compute_capability="{}.{}".format(*torch.cuda.get_device_capability(0)),
             versions={
                 "torch": torch.__version__,
                 "cuda": str(torch.version.cuda),

@@ -166,7 +166,14 @@ class XlaBackend(Backend):
             pass
         name = "CPU (PJRT)" if kind.lower() == "cpu" else kind
         devices = self._parallel_devices(count)
-        return Availability(True, device_name=name, device_count=count, versions=versions, parallel_devices=devices)
+        return Availability(
+            True,
+            device_name=name,
+            device_count=count,
+            versions=versions,
+            parallel_devices=devices,
+            memory_bytes=self.memory_capacity_bytes(),
+        )
 
     def _spmd_device_kind(self) -> str:
         """The device kind in SPMD mode, where torch_xla 2.9 knows only the virtual device:

@@ -68,6 +68,14 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
     return Selection(selector, chosen, steps, compiles)
 
 
+def with_attained(runs: pd.DataFrame, results: str) -> pd.DataFrame:
+    """``runs`` with ``mfu_attained`` against the ceilings measured in the store at ``results``
+    (null for every run where it has none: docs/ceilings.md)."""
+    from tpubench.analysis.ceilings import attach_attained
+
+    return attach_attained(runs, store.load_ceilings(results))
+
+
 def prices_from(path: Path | None) -> dict[str, Price]:
     try:
         return load_prices(path)
@@ -161,6 +169,8 @@ def cross_table(cross: pd.DataFrame) -> Table:
         "speedup",
         "MFU base",
         "MFU cand",
+        "MFU att. base",
+        "MFU att. cand",
         "tokens/$ base",
         "tokens/$ cand",
         "cost ratio",
@@ -177,6 +187,8 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["speedup"]),
             "-" if pd.isna(row["base_mfu"]) else f"{100 * row['base_mfu']:.1f}%",
             "-" if pd.isna(row["test_mfu"]) else f"{100 * row['test_mfu']:.1f}%",
+            "-" if pd.isna(row["base_mfu_attained"]) else f"{100 * row['base_mfu_attained']:.1f}%",
+            "-" if pd.isna(row["test_mfu_attained"]) else f"{100 * row['test_mfu_attained']:.1f}%",
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
@@ -240,7 +252,9 @@ def compare_command(
     frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
     if not set(compare.SIDE_KEYS) <= set(keys):
-        cross = compare.cross_backend(chosen_baseline.runs, chosen_candidate.runs, price_table)
+        cross = compare.cross_backend(
+            with_attained(chosen_baseline.runs, base_store), with_attained(chosen_candidate.runs, results), price_table
+        )
     counts = compare.verdict_counts(frame)
     if markdown is not None:
         from reports.markdown import comparison_markdown, cross_markdown

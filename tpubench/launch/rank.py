@@ -20,6 +20,7 @@ import traceback
 from typing import NoReturn
 
 from tpubench import worker
+from tpubench.ceilings import CeilingSpec
 from tpubench.parallel import dtensor
 from tpubench.spec import RunSpec
 
@@ -32,9 +33,11 @@ def main() -> None:
     request = json.loads(sys.stdin.buffer.readline())
     worker.watch_parent(sys.stdin.fileno(), None)
     channel = worker.Channel(args.channel_fd)
-    spec = RunSpec.from_json(request["spec"])
     try:
-        result = worker.measure(spec, channel)
+        if request.get("kind") == "ceiling":  # a rank of a collective ceilings sweep
+            result = worker.measure_ceiling(CeilingSpec.from_json(request["spec"]), channel)
+        else:
+            result = worker.measure(RunSpec.from_json(request["spec"]), channel)
     except Exception as error:
         traceback.print_exc()
         status = "oom" if worker.is_oom(error) else "failed"

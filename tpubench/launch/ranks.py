@@ -37,6 +37,7 @@ import numpy as np
 
 from tpubench import worker
 from tpubench.backends import get_backend
+from tpubench.ceilings import CeilingSpec
 from tpubench.measure import Measurement, StepRecord
 from tpubench.parallel import family, torchtpu_env
 from tpubench.serving import GenerationTiming
@@ -74,7 +75,7 @@ def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     }
 
 
-def family_env(spec: RunSpec) -> dict[str, str]:
+def family_env(spec: RunSpec | CeilingSpec) -> dict[str, str]:
     """What every rank of this family needs besides torchrun's variables: on the host's CPUs
     each rank's share of its cores (torchrun's one thread would leave cores idle, torch's
     default of all of them oversubscribes them N times); TorchTPU's launch environment
@@ -127,10 +128,13 @@ class Rank:
             self.process.kill()
 
 
-def start_rank(spec: RunSpec, index: int, port: int, env: dict[str, str], scratch: str) -> Rank:
-    """Start rank ``index``: the request on its stdin's first line, stdin then its lifeline."""
+def start_rank(
+    spec: RunSpec | CeilingSpec, index: int, port: int, env: dict[str, str], scratch: str, kind: str = "run"
+) -> Rank:
+    """Start rank ``index``: the request (a run, or a ceilings sweep: ``kind``) on its stdin's
+    first line, stdin then its lifeline."""
     rank_spec = spec
-    if spec.trace_dir:  # each rank traces its own steps, side by side in the run's trace folder
+    if isinstance(spec, RunSpec) and spec.trace_dir:  # each rank traces its own steps, in the run's trace folder
         rank_spec = replace(spec, trace_dir=os.path.join(spec.trace_dir, f"rank{index}"))
     read_fd, write_fd = os.pipe()
     log = None if index == 0 else Path(scratch) / f"rank{index}.log"
@@ -153,19 +157,35 @@ def start_rank(spec: RunSpec, index: int, port: int, env: dict[str, str], scratc
             output.close()
     assert process.stdin is not None
     with contextlib.suppress(BrokenPipeError):  # a rank that died at once: its exit status says why
-        process.stdin.write(json.dumps({"spec": rank_spec.to_json()}).encode() + b"\n")
+        process.stdin.write(json.dumps({"kind": kind, "spec": rank_spec.to_json()}).encode() + b"\n")
         process.stdin.flush()
     return Rank(index, process, read_fd, log)
 
 
 def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
     """Run ``spec`` as N ranks and return the job's row (or the failing rank's)."""
+    launched = launch(spec, channel)
+    if isinstance(launched, dict):
+        return launched
+    results, notes = launched
+    row = merge(spec, results)
+    if notes:
+        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *notes]))
+    return row
+
+
+def launch(
+    spec: RunSpec | CeilingSpec, channel: Any, kind: str = "run"
+) -> dict[str, Any] | tuple[list[dict[str, Any]], list[str]]:
+    """Start ``spec``'s N ranks (a run, or a collective ceilings sweep: ``kind``) and wait for
+    them: every rank's result and the notes of any that had to be killed, or the failing
+    rank's row."""
     with tempfile.TemporaryDirectory(prefix="tpubench-ranks-") as scratch:
         env, port = family_env(spec), free_port()
         ranks: list[Rank] = []
         try:
             for index in range(spec.devices):
-                ranks.append(start_rank(spec, index, port, env, scratch))
+                ranks.append(start_rank(spec, index, port, env, scratch, kind))
             failure = follow(ranks, channel)
             if failure is not None:
                 return failure
@@ -177,10 +197,7 @@ def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
                 if rank.process.stdin:
                     rank.process.stdin.close()
                 os.close(rank.channel)
-    row = merge(spec, [rank.result for rank in ranks])  # type: ignore[misc]
-    if notes:
-        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *notes]))
-    return row
+    return [rank.result for rank in ranks], notes  # type: ignore[misc]
 
 
 def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
-"""The worker process: carries out one request (a probe, a run, a --verify output) and
-reports over a pipe.
+"""The worker process: carries out one request (a probe, a run, a --verify output, a
+ceilings sweep) and reports over a pipe.
 
 Started by :mod:`.process`, forked from the zygote or as ``python -m tpubench.launch.serve
 --channel-fd N`` with a JSON request as the first line on stdin. A one-process run is
@@ -17,8 +17,9 @@ import time
 import traceback
 from typing import Any
 
-from tpubench import parallel, worker
+from tpubench import ceilings, parallel, worker
 from tpubench.backends import BACKENDS
+from tpubench.ceilings import collective
 from tpubench.launch import ranks
 from tpubench.spec import RunSpec
 
@@ -33,12 +34,33 @@ def measure(spec: RunSpec, channel: worker.Channel) -> dict[str, Any]:
     return worker.measure(spec, channel)
 
 
+def measure_ceiling(spec: ceilings.CeilingSpec, channel: worker.Channel) -> dict[str, Any]:
+    """A ceilings sweep: a collective of a process family in rank processes, started as a
+    multi-device run's are, its ranks' results merged per sample into the slowest rank's;
+    every other sweep in this process."""
+    if not ceilings.is_multi_process(spec):
+        return worker.measure_ceiling(spec, channel)
+    started = time.perf_counter()
+    try:
+        launched = ranks.launch(spec, channel, kind="ceiling")
+        result = launched if isinstance(launched, dict) else collective.merge(spec, launched[0])
+    except Exception as error:
+        traceback.print_exc()
+        result = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
+    result["worker_wall_s"] = time.perf_counter() - started
+    return result
+
+
 def serve(request: dict[str, Any], channel_fd: int, lifeline_fd: int, scratch: str | None = None) -> None:
-    """Carry out one request (a probe, a run or a --verify output) and send its result."""
+    """Carry out one request (a probe, a run, a --verify output or a ceilings sweep) and send
+    its result."""
     worker.watch_parent(lifeline_fd, scratch)
     channel = worker.Channel(channel_fd)
     if request["kind"] == "probe":
         channel.send("result", result=worker.probe(request.get("backends") or list(BACKENDS)))
+        return
+    if request["kind"] == "ceiling":
+        channel.send("result", result=measure_ceiling(ceilings.CeilingSpec.from_json(request["spec"]), channel))
         return
     spec = RunSpec.from_json(request["spec"])
     if request["kind"] == "verify":

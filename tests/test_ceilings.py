@@ -1,0 +1,177 @@
+"""Measured ceilings through real workers: the sweeps' arithmetic, what they store, MFU
+against them, and the bad input the command refuses before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.helpers import tpubench
+from tpubench import store
+from tpubench.analysis import ceilings as analysis
+from tpubench.analysis.collectives import BUSBW_FACTORS
+from tpubench.ceilings import CeilingSpec, collective_sizes, estimate_bytes, matmul_sizes, memory_sizes
+from tpubench.ceilings.matmul import flops
+from tpubench.ceilings.memory import stream_bytes
+from tpubench.runner import SuiteRunner, plan, run_ceilings
+
+#: a sweep small enough for CI: matmul to 128^3, STREAM arrays of 1 and 2 MiB, messages of 1 KiB
+MATMUL_MAX, MEMORY_MAX, MESSAGE_MAX = 128, 2 * 2**20, 1024
+
+
+def test_sweep_arithmetic() -> None:
+    """FLOPs are 2MNK, STREAM moves 2 or 3 arrays, sizes double (messages by 4) up to the cap."""
+    assert flops(64, 32, 16) == 2 * 64 * 32 * 16
+    assert [stream_bytes(k, 100) for k in ("copy", "scale", "add", "triad")] == [200, 200, 300, 300]
+    assert matmul_sizes("cpu", False, 512) == [64, 128, 256, 512]
+    assert memory_sizes(32 * 2**20, False, None)[-1] == 128 * 2**20  # 4x a 32 MiB last-level cache
+    assert memory_sizes(50 * 2**20, False, None)[-1] == 256 * 2**20  # at least 4x an H100's 50 MiB L2
+    assert collective_sizes("cpu", False, 2**14) == [2**10, 2**12, 2**14]
+    assert estimate_bytes("matmul", 1024, "bfloat16") == 3 * 1024 * 1024 * 2
+
+
+def check_points(rows: list[dict], samples_max: int) -> None:
+    """Every ok point: raw samples kept, rates from them, the first call apart."""
+    for row in rows:
+        assert row["status"] == "ok", row
+        times = np.asarray(row["samples_s"])
+        assert 3 <= len(times) == row["samples"] <= samples_max and row["first_s"] > 0
+        assert row["median_s"] == pytest.approx(np.median(times))
+        if row["kind"] in ("matmul", "memory", "collective"):
+            work = {
+                "matmul": row.get("flops_per_op"),
+                "memory": row.get("bytes_per_op"),
+                "collective": row.get("bytes_per_op", 0) * row.get("busbw_factor", 0),
+            }[row["kind"]]
+            assert row["median_rate"] == pytest.approx(np.median(work / times))
+            assert row["max_rate"] == pytest.approx((work / times).max())
+            assert row["p10_rate"] <= row["median_rate"] <= row["max_rate"]
+
+
+@pytest.fixture(scope="module")
+def cpu_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with a cpu matmul, STREAM and latency sweep and a tiny registry run beside them."""
+    results = tmp_path_factory.mktemp("ceilings")
+    runner = SuiteRunner(results)
+    specs = [
+        CeilingSpec("cpu", "matmul", dtypes=("float32",), max_size=MATMUL_MAX),
+        CeilingSpec("cpu", "memory", max_size=MEMORY_MAX),
+        CeilingSpec("cpu", "latency"),
+    ]
+    run_ceilings(runner, specs)
+    SuiteRunner(results).run(plan(["gpt2"], sizes=["tiny"], backends=["cpu"], modes=["infer"], warmup=1, steps=3))
+    return results
+
+
+def test_cpu_matmul_stream_latency(cpu_store: Path) -> None:
+    rows = store.load_ceilings(cpu_store).to_dict("records")
+    by_kind = {kind: [r for r in rows if r["kind"] == kind] for kind in ("matmul", "memory", "latency")}
+    check_points(rows, 10)
+    assert [(r["m"], r["n"], r["k"]) for r in by_kind["matmul"]] == [(64, 64, 64), (128, 128, 128)]
+    assert all(
+        r["flops_per_op"] == 2 * r["m"] * r["n"] * r["k"] and r["rate_unit"] == "FLOP/s" for r in by_kind["matmul"]
+    )
+    assert all(r["flush_bytes"] and r["flush_bytes"] >= 2 * r["llc_bytes"] for r in by_kind["matmul"])
+    assert {(r["op"], r["size_bytes"]) for r in by_kind["memory"]} == {
+        (op, size) for op in ("copy", "scale", "add", "triad") for size in (2**20, 2**21)
+    }
+    assert all(r["bytes_per_op"] == stream_bytes(r["op"], r["size_bytes"]) for r in by_kind["memory"])
+    assert [r["op"] for r in by_kind["latency"]] == ["empty_step", "tiny_op"]
+    assert {r["timing"] for r in rows} == {"perf_counter"} and {r["device_kind"] for r in rows} == {"cpu"}
+
+
+def test_show_lists_ceilings_beside_the_datasheet(cpu_store: Path) -> None:
+    done = tpubench("ceilings --show --json --select kind=matmul --results", str(cpu_store))
+    assert done.returncode == 0, done.stderr
+    lines = json.loads(done.stdout)
+    assert [(line["kind"], line["dtype"], line["shape"]) for line in lines] == [("matmul", "float32", "128x128x128")]
+    assert lines[0]["datasheet"] is None and lines[0]["ratio"] is None  # no CPU has a data-sheet entry
+
+
+def test_mfu_attained_where_a_ceiling_exists(cpu_store: Path) -> None:
+    """A run on the device and dtype of a measured ceiling gets achieved / ceiling and the
+    sweep's run id; the same run on a device without one (an H100 here) gets null."""
+    runs = store.load_runs(cpu_store)
+    ceilings = store.load_ceilings(cpu_store)
+    elsewhere = runs.assign(device="NVIDIA H100 80GB HBM3", backend="cuda", run_id="other")
+    frame = analysis.attach_attained(pd.concat([runs, elsewhere], ignore_index=True), ceilings)
+    here, there = frame.iloc[0], frame.iloc[1]
+    best = ceilings[ceilings["kind"] == "matmul"]["median_rate"].max()
+    achieved = here["flops_per_step"] / (here["median_step_ms"] / 1e3)
+    assert here["mfu_attained"] == pytest.approx(achieved / best)
+    assert here["ceiling_run_id"] == ceilings[ceilings["kind"] == "matmul"]["run_id"].iloc[0]
+    assert pd.isna(there["mfu_attained"]) and pd.isna(there["ceiling_run_id"])
+    assert pd.isna(there["mfu"]) or there["mfu"] >= 0  # MFU against the data sheet stays its own column
+
+
+@pytest.mark.parametrize("group", [2, pytest.param(4, marks=pytest.mark.nightly)])
+def test_gloo_collectives(group: int, results_dir: Path) -> None:
+    """Real gloo ranks on loopback: every collective at each size, busbw with nccl-tests' factor."""
+    spec = CeilingSpec("cpu", "collective", devices=group, max_size=MESSAGE_MAX)
+    rows = run_ceilings(SuiteRunner(results_dir), [spec])
+    check_points(rows, 10)
+    assert {(r["op"], r["size_bytes"]) for r in rows} == {(op, 1024) for op in BUSBW_FACTORS if op != "reduce"}
+    for row in rows:
+        assert row["busbw_factor"] == pytest.approx(BUSBW_FACTORS[row["op"]](group))
+        assert row["algbw_median"] == pytest.approx(row["size_bytes"] / row["median_s"])
+        assert row["devices"] == group and row["simulated"] is True
+    assert len(store.load_ceilings(results_dir)) == len(rows)
+
+
+def test_xla_matmul_and_stream_on_pjrt_cpu(xla_python: str, results_dir: Path) -> None:
+    """torch_xla on PJRT CPU: a sample is 8 chained products (or STREAM kernels behind
+    optimisation barriers) in one graph, divided by 8; the rates come out in the CPU's range."""
+    runner = SuiteRunner(results_dir, pythons={"xla": xla_python})
+    specs = [
+        CeilingSpec("xla", "matmul", dtypes=("float32",), max_size=MATMUL_MAX),
+        CeilingSpec("xla", "memory", max_size=2**20),
+    ]
+    rows = run_ceilings(runner, specs)
+    check_points(rows, 10)
+    assert {r["timing"] for r in rows} == {"xla_graph/8"} and {r["reps"] for r in rows} == {8}
+    assert {r["op"] for r in rows if r["kind"] == "memory"} == {"scale", "add", "triad"}  # XLA elides a copy
+    assert all(1e6 < r["median_rate"] < 1e13 for r in rows)  # sane for a CPU, not a tracing artefact
+    assert {r["device"] for r in rows} == {"CPU (PJRT)"}
+
+
+def test_bad_input_is_one_error_line(results_dir: Path) -> None:
+    cases = [
+        ("--backend cpu --dtype fp8", "cpu has no fp8 matmul; valid: float32, bfloat16, float16"),
+        ("--backend cpu --kind matmul --max-size 1000000", "a matmul point needs about"),
+        ("--backend cpu --kind warp", "unknown kind 'warp'; valid: matmul, memory, collective, latency"),
+    ]
+    for line, message in cases:
+        done = tpubench(f"ceilings {line} --results", str(results_dir))
+        assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("error:"), done.stderr
+        assert message in done.stderr and "Traceback" not in done.stderr
+    done = tpubench(
+        "ceilings --backend cpu --kind collective --results", str(results_dir), env={"TPUBENCH_SIMULATED_DEVICES": "1"}
+    )
+    assert done.returncode == 2 and "collective ceilings need at least 2 devices" in done.stderr
+    assert not list(results_dir.glob("ceilings/*/*.parquet"))  # nothing ran
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("backend", ["cuda", "cuda-compile"])
+def test_cuda_matmul_dtypes_and_copies(backend: str, results_dir: Path) -> None:
+    """CUDA events, the L2 flush and every tensor-core dtype the GPU has (fp8 via _scaled_mm)."""
+    from tpubench.ceilings import supported_dtypes
+
+    capability = "{}.{}".format(*torch.cuda.get_device_capability(0))
+    dtypes = tuple(d for d in ("bfloat16", "float16", "tf32", "fp8") if d in supported_dtypes(backend, capability))
+    specs = [
+        CeilingSpec(backend, "matmul", dtypes=dtypes, max_size=1024),
+        CeilingSpec(backend, "memory", max_size=8 * 2**20),
+    ]
+    rows = run_ceilings(SuiteRunner(results_dir), specs)
+    check_points([r for r in rows if not r["op"].startswith(("h2d", "d2h"))], 10)
+    assert {r["timing"] for r in rows} == {"cuda_events"}
+    assert {r["dtype"] for r in rows if r["kind"] == "matmul"} == set(dtypes)
+    assert all(r["flush_bytes"] >= 256 * 2**20 for r in rows if r["kind"] == "matmul")
+    assert {"h2d_pinned", "d2h_pageable"} <= {r["op"] for r in rows}

@@ -1,0 +1,57 @@
+"""A ceilings worker's sweep: set the backend up, measure each point, return the rows.
+
+Runs inside a worker process (:mod:`tpubench.worker`, request kind ``ceiling``) or, for a
+collective of a process family, in each of its rank processes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from tpubench.backends import get_backend
+from tpubench.ceilings import CeilingSpec, collective, device, latency, matmul, memory
+from tpubench.hostload import HostLoadMeter, busy_warning
+from tpubench.warning import TpubenchWarning
+
+MEASURE = {
+    "matmul": matmul.measure,
+    "memory": memory.measure,
+    "collective": collective.measure,
+    "latency": latency.measure,
+}
+
+
+def measure(spec: CeilingSpec, channel: Any) -> dict[str, Any]:
+    """The sweep's result: the device, its facts, and one row per point (``points``)."""
+    backend = get_backend(spec.backend)
+    backend.setup(spec.run_spec())  # a rank of a collective sweep takes its own GPU here
+    availability = backend.availability()
+    if not availability.available:
+        return {"status": "unavailable", "error": availability.reason}
+    facts = device.facts(backend)
+    channel.send("phase", phase="measure", step=0, of=1, detail=spec.label())
+    notes: list[str] = []
+    meter = HostLoadMeter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        points = MEASURE[spec.kind](spec, facts, notes)
+    load = meter.stop()
+    notes += [str(w.message) for w in caught if issubclass(w.category, TpubenchWarning)]
+    if busy := busy_warning(load):
+        notes.append(busy)
+    return {
+        "status": "ok",
+        "device": availability.device_name,
+        "device_kind": facts.kind,
+        "simulated": spec.devices > 1 and backend.simulated_devices(),
+        "llc_bytes": facts.llc_bytes,
+        "timing": facts.timing,
+        "num_threads": torch.get_num_threads(),
+        "host_load_1m": load.load_1m,
+        "host_other_cpu_share": load.other_cpu_share,
+        "points": points,
+        "warnings": "\n".join(dict.fromkeys(notes)) or None,
+    }
