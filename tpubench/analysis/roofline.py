@@ -40,7 +40,8 @@ from tpubench.analysis.ops import of_source
 #: below this time per call (µs), at the ceiling or measured, an op is launch- or host-bound
 OVERHEAD_US = 5.0
 BOUNDS = ("compute", "memory", "overhead")
-UNCOUNTED = "uncounted"
+UNCOUNTED = "uncounted"  # no FLOPs or bytes: no formula for the op
+UNPLACED = "no ceilings"  # counted, but the device has no ceilings to hold it against
 #: figure sources that say the op does no work of its own (tpubench.traces.counts)
 NO_OWN_WORK = frozenset({"none: view", "nested"})
 #: columns of a measured ceilings frame (the ``ceilings`` table), see :func:`ceilings_for`
@@ -120,9 +121,10 @@ def points(ops: pd.DataFrame, source: str | None = None, by: str = "op") -> pd.D
     (default: the run's most device-side one), or with ``by="shape"`` one per op and
     recorded input shapes where the trace recorded them (``ops.shapes``).
 
-    Columns: op, source, category, shape (the inputs, ``by="shape"``), calls,
-    time_us (all traced steps), flops, bytes (totals; null where not counted),
-    flops_source, bytes_source, traced_steps, step_time_us.
+    Columns: op, source, category, shape (the inputs, ``by="shape"``), key (what
+    :func:`pair` matches on, :data:`MATCHING`), calls, time_us (all traced steps), flops,
+    bytes (totals; null where not counted), flops_source, bytes_source, traced_steps,
+    step_time_us.
     """
     if by not in ("op", "shape"):
         raise ValueError(f"by must be 'op' or 'shape', got {by!r}")
@@ -133,7 +135,8 @@ def points(ops: pd.DataFrame, source: str | None = None, by: str = "op") -> pd.D
             rows[column] = None
     keep = ["op", "source", "category", "calls", "time_us", "flops_source", "bytes_source"]
     keep += ["traced_steps", "step_time_us"]
-    base = rows[keep].assign(flops=rows["flops"], bytes=rows["bytes_accessed"], shape=None)
+    base = rows[keep].assign(flops=rows["flops"], bytes=rows["bytes_accessed"], shape=None, key=None)
+    base["key"] = base["source"] + ":" + base["op"]
     if by == "op":
         return base.reset_index(drop=True)
     exploded = []
@@ -149,6 +152,7 @@ def points(ops: pd.DataFrame, source: str | None = None, by: str = "op") -> pd.D
                 row
                 | {
                     "shape": entry["inputs"],
+                    "key": matching_key(row["op"], row["source"], entry),
                     "calls": entry["calls"],
                     "time_us": entry["self_us"],
                     "flops": entry["flops"] * leaf if entry["flops"] is not None and leaf else None,
@@ -176,6 +180,7 @@ def roofline(ops: pd.DataFrame, ceilings: RooflineCeilings, source: str | None =
         {
             "op": found["op"],
             "shape": found["shape"],
+            "key": found["key"],
             "category": found["category"],
             "source": found["source"],
             "calls_per_step": found["calls"] / steps,
@@ -207,6 +212,7 @@ def roofline(ops: pd.DataFrame, ceilings: RooflineCeilings, source: str | None =
     columns = [
         "op",
         "shape",
+        "key",
         "category",
         "source",
         "calls_per_step",
@@ -246,13 +252,15 @@ def _bounds(frame: pd.DataFrame, ceilings: RooflineCeilings) -> pd.Series:
 
 
 def bound_split(table: pd.DataFrame) -> pd.DataFrame:
-    """How the step's time splits by bound: bound (compute, memory, overhead, uncounted),
-    ops, time_us_per_step, time_share (of the traced step), in that order."""
-    labelled = table.assign(bound=table["bound"].fillna(UNCOUNTED))
+    """How the step's time splits by bound: bound (compute, memory, overhead, then
+    "uncounted" for ops without figures and "no ceilings" for counted ops of a device
+    without ceilings), ops, time_us_per_step, time_share (of the traced step)."""
+    counted = table["intensity"].notna()
+    labelled = table.assign(bound=table["bound"].where(table["bound"].notna(), np.where(counted, UNPLACED, UNCOUNTED)))
     grouped = labelled.groupby("bound").agg(
         ops=("op", "size"), time_us_per_step=("time_us_per_step", "sum"), time_share=("time_share", "sum")
     )
-    order = [b for b in (*BOUNDS, UNCOUNTED) if b in grouped.index]
+    order = [b for b in (*BOUNDS, UNCOUNTED, UNPLACED) if b in grouped.index]
     return grouped.loc[order].reset_index()
 
 
@@ -285,4 +293,69 @@ def counted_flops(table: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
         .sort_values("time_us_per_step", ascending=False, ignore_index=True)
+    )
+
+
+#: how :func:`pair` matches two runs' ops, said beside every paired table
+MATCHING = (
+    "matmuls by (batch, the two free dimensions in either order, contracted size), across sources "
+    "(an aten::mm and an HLO dot of the same product pair); every other op by source, name and input shapes"
+)
+#: aten matmuls: the recorded inputs that are the two operands
+_MATMUL_OPERANDS = {"aten::mm": (0, 1), "aten::bmm": (0, 1), "aten::addmm": (1, 2), "aten::baddbmm": (1, 2)}
+
+
+def matching_key(op: str, source: str, entry: dict) -> str:
+    """The key two runs' points are matched on (:data:`MATCHING`): ``matmul BxMxNxK`` with
+    m ≤ n for a matmul whose shapes are known (a dot's from its HLO, an aten matmul's from
+    its recorded inputs), else ``source:op inputs``."""
+    dims = entry.get("matmul")
+    operands = _MATMUL_OPERANDS.get(op)
+    if dims is None and operands is not None and len(entry.get("dims") or []) > max(operands):
+        lhs, rhs = (entry["dims"][i] for i in operands)
+        if len(lhs) == len(rhs) and len(lhs) in (2, 3) and lhs[-1] == rhs[-2]:
+            dims = [lhs[0] if len(lhs) == 3 else 1, lhs[-2], rhs[-1], lhs[-1]]
+    if dims is not None:
+        batch, m, n, k = dims
+        return f"matmul {batch}x{min(m, n)}x{max(m, n)}x{k}"
+    return f"{source}:{op} {entry.get('inputs') or ''}".rstrip()
+
+
+def _by_key(table: pd.DataFrame) -> pd.DataFrame:
+    """A run's points summed per matching key: the ops (names joined), time, FLOPs, bytes,
+    and the fraction of the ceiling as Σ time at the ceiling ÷ Σ time (for one op the same
+    as achieved ÷ ceiling); the bound of the key's longest op."""
+    ordered = table.sort_values("time_us_per_step", ascending=False)
+    grouped = ordered.groupby("key", sort=False).agg(
+        op=("op", lambda names: ", ".join(dict.fromkeys(names))),
+        calls_per_step=("calls_per_step", "sum"),
+        time_us_per_step=("time_us_per_step", "sum"),
+        time_share=("time_share", "sum"),
+        flops_per_step=("flops_per_step", lambda s: s.sum(min_count=1)),
+        bytes_per_step=("bytes_per_step", lambda s: s.sum(min_count=1)),
+        ideal_us_per_step=("ideal_us_per_step", lambda s: s.sum(min_count=len(s))),
+        bound=("bound", "first"),
+    )
+    grouped["ceiling_fraction"] = grouped["ideal_us_per_step"] / grouped["time_us_per_step"]
+    grouped["intensity"] = grouped["flops_per_step"] / grouped["bytes_per_step"]
+    return grouped
+
+
+def pair(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Two runs' roofline tables (``by="shape"``, each against its own ceilings) op against
+    op, matched on :func:`matching_key`. Columns: key, then a_/b_ op, calls_per_step,
+    time_us_per_step, time_share, flops_per_step, intensity, ceiling_fraction, bound, and
+    ratio (b time ÷ a time); matched keys first, then by the larger time."""
+    joined = _by_key(a).add_prefix("a_").join(_by_key(b).add_prefix("b_"), how="outer")
+    joined["ratio"] = joined["b_time_us_per_step"] / joined["a_time_us_per_step"]
+    joined["matched"] = joined["a_op"].notna() & joined["b_op"].notna()
+    joined["larger"] = joined[["a_time_us_per_step", "b_time_us_per_step"]].max(axis=1)
+    joined = joined.sort_values(["matched", "larger"], ascending=[False, False]).reset_index(names="key")
+    fields = ["op", "calls_per_step", "time_us_per_step", "time_share", "flops_per_step", "intensity"]
+    fields += ["ceiling_fraction", "bound"]
+    columns = ["key", *(f"{side}_{field}" for field in fields for side in ("a", "b")), "ratio"]
+    return (
+        joined[columns]
+        .astype({"a_op": object, "b_op": object, "a_bound": object, "b_bound": object})
+        .where(joined[columns].notna(), None)
     )

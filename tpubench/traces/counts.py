@@ -269,9 +269,10 @@ def count_shapes(ops: list[Any]) -> None:
 
 def shapes_json(shapes: list[Any] | None, per_device: int = 1) -> str | None:
     """A row's calls by recorded inputs as the ``ops.shapes`` JSON: a list of
-    ``{"inputs", "dims", "dtypes", "calls", "counted_calls", "self_us", "flops", "bytes",
-    "flops_source", "bytes_source"}``: FLOPs and bytes per call, for the ``counted_calls``
-    that do the op's own work (docs/schema.md)."""
+    ``{"inputs", "dims", "dtypes", "matmul", "calls", "counted_calls", "self_us", "flops",
+    "bytes", "flops_source", "bytes_source"}``: FLOPs and bytes per call, for the
+    ``counted_calls`` that do the op's own work; ``matmul`` a matmul's (batch, m, n, k)
+    (docs/schema.md)."""
     if not shapes:
         return None
     import json
@@ -281,9 +282,10 @@ def shapes_json(shapes: list[Any] | None, per_device: int = 1) -> str | None:
         tensors = [(d, DTYPES[t]) for d, t in zip(shape.dims or (), shape.types or (), strict=False) if t in DTYPES]
         entries.append(
             {
-                "inputs": ", ".join(f"{dtype}[{','.join(map(str, dims))}]" for dims, dtype in tensors),
-                "dims": [list(dims) for dims, _ in tensors],
+                "inputs": shape.label or ", ".join(f"{dtype}[{','.join(map(str, d))}]" for d, dtype in tensors),
+                "dims": [list(d) for d, _ in tensors],
                 "dtypes": [dtype for _, dtype in tensors],
+                "matmul": list(shape.dot) if shape.dot else None,
                 "calls": shape.calls,
                 "counted_calls": shape.counted_calls,
                 "self_us": shape.self_us / per_device,

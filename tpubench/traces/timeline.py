@@ -62,6 +62,8 @@ class ShapeCalls:
     bytes: float | None = None
     bytes_source: str | None = None
     counted_calls: int = 0
+    label: str | None = None  # the shapes as words, where not from dims and types (an HLO op's)
+    dot: tuple[int, int, int, int] | None = None  # a matmul's (batch, m, n, k)
 
 
 @dataclass
