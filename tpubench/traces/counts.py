@@ -247,7 +247,7 @@ def count_shapes(ops: list[Any]) -> None:
     else null (a partial sum passed off as the op's would understate it; the shapes keep
     what was counted). A row whose work is all in the ops it calls says so (``nested``)."""
     for row in ops:
-        if not row.shapes:
+        if not row.shapes or row.source != "aten":
             continue
         for shape in row.shapes:
             counted = count_call(row.op, shape.dims, shape.types, shape.strides, shape.concrete)
