@@ -78,6 +78,16 @@ class RooflineCeilings:
         )
 
 
+def device_kind(backend: str, device: str | None) -> str:
+    """The device kind a run's device name is listed under in the peak table ("cpu",
+    "cuda", "tpu"): its backend's family, or for a plug-in backend its device name's."""
+    family = str(backend).split("-")[0]
+    if family in ("cpu", "cuda", "tpu"):
+        return family
+    name = str(device or "")
+    return "cpu" if name.startswith("CPU") else "tpu" if name.startswith("TPU") else "cuda"
+
+
 def ceilings_for(device: str, device_kind: str, dtype: str, measured: pd.DataFrame | None = None) -> RooflineCeilings:
     """The ceilings for one ``device`` (the runs table's device name) of ``device_kind``
     ("cpu", "cuda", "tpu") at ``dtype`` ("float32", "bfloat16"...).
@@ -249,6 +259,29 @@ def _bounds(frame: pd.DataFrame, ceilings: RooflineCeilings) -> pd.Series:
         default=None,
     )
     return pd.Series(bound, index=frame.index, dtype=object)
+
+
+#: a fraction of the ceiling above this is not a measurement to believe (see :func:`above_ceiling`)
+ABOVE_CEILING = 1.05
+
+
+def above_ceiling(table: pd.DataFrame) -> str | None:
+    """Why some ops read faster than their ceiling, when they do: either the ceilings are
+    too low (a datasheet's for another SKU, a measurement that did not load the chip), or
+    the trace's time for those ops is shorter than their work. XLA's CPU runtime runs large
+    dots asynchronously on its Eigen thread pool, and the thunk's event on the PJRT CPU
+    trace then covers the launch, not the work. None when every op is at or below its
+    ceiling."""
+    over = table[table["ceiling_fraction"] > ABOVE_CEILING]
+    if over.empty:
+        return None
+    names = ", ".join(dict.fromkeys(over["op"]))
+    return (
+        f"{len(over)} op(s) read above their ceiling (up to {over['ceiling_fraction'].max():.1f}x: {names[:120]}): "
+        "the ceilings are too low for this device, or the trace times those ops shorter than their work (XLA's "
+        "CPU runtime runs large dots asynchronously, so a PJRT CPU trace's event covers the launch); read their "
+        "fractions as bounds, not measurements"
+    )
 
 
 def bound_split(table: pd.DataFrame) -> pd.DataFrame:

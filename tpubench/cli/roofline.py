@@ -66,6 +66,14 @@ def _pct(value: Any) -> str:
     return "-" if value is None or pd.isna(value) else f"{100 * value:.1f}%"
 
 
+def _names(value: Any) -> str:
+    """A key's op names, the first three and how many more."""
+    if not isinstance(value, str):
+        return "-"
+    names = value.split(", ")
+    return ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+
+
 def _text(value: Any, missing: str = "-") -> str:
     return value if isinstance(value, str) else missing
 
@@ -114,6 +122,8 @@ def show_roofline(
             markup=False,
         )
     _print_table(table.head(top))
+    if warning := analysis.above_ceiling(table):
+        console.print(f"note: {warning}", markup=False, highlight=False)
     if len(table) > top:
         console.print(f"{len(table) - top} more ops; --top N shows more")
     console.print(
@@ -178,6 +188,7 @@ def _emit_json(
                 "by_bound": records(split),
                 "fix_first": records(fix),
                 "flops_by_source": records(counted),
+                "above_ceiling": analysis.above_ceiling(table),
             },
             indent=2,
         )
@@ -218,14 +229,17 @@ def _pair(results_dir: Path | str, run_ids: list[str], measured: pd.DataFrame | 
     for name, run, found in (("A", run_a, found_a), ("B", run_b, found_b)):
         console.print(f"{name} {run['run_id']}: {_label(run)}; {found.describe()}", markup=False, highlight=False)
     console.print(f"matched by {analysis.MATCHING}", markup=False, highlight=False)
+    for name, table in (("A", table_a), ("B", table_b)):
+        if warning := analysis.above_ceiling(table):
+            console.print(f"note: {name}: {warning}", markup=False, highlight=False)
     out = Table()
     for header in ("key", "A op", "B op", "A µs/step", "B µs/step", "B/A", "A of ceil", "B of ceil", "A", "B"):
         out.add_column(header, justify="left" if header in ("key", "A op", "B op", "A", "B") else "right")
     for row in paired.head(top).to_dict("records"):
         out.add_row(
-            row["key"],
-            _text(row["a_op"]),
-            _text(row["b_op"]),
+            row["key"][:60],
+            _names(row["a_op"]),
+            _names(row["b_op"]),
             _number(row["a_time_us_per_step"]),
             _number(row["b_time_us_per_step"]),
             _number(row["ratio"], 2),
