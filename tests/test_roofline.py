@@ -283,3 +283,35 @@ def test_a_gzipped_trace_counts_the_same(tmp_path: Path) -> None:
     packed = tmp_path / "trace.json.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert ingest(packed, 2) == ingest(plain, 2)
+
+
+# --- the dashboard ----------------------------------------------------------------------
+
+
+def test_the_ops_page_draws_the_roofline_and_says_which_ceilings(
+    results: Path, cpu_run: dict, xla_run: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import RESULTS_ENV, catalog
+
+    monkeypatch.setenv(RESULTS_ENV, str(results))
+    app = AppTest.from_file(str(Path(__file__).parents[1] / "dashboard" / "app.py"), default_timeout=120)
+    app.switch_page(catalog.BY_TITLE["Ops"].path)
+    app.query_params.update({"run": xla_run["run_id"]})
+    app.run()
+    assert not app.exception, app.exception
+    said = "\n".join(str(element.value) for kind in ("caption", "warning") for element in app.get(kind))
+    assert f"`{xla_run['run_id']}`: no ceilings for this device" in said  # a CPU: no data sheet, none measured
+    figures = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+    [chart] = [figure for figure in figures if figure["layout"]["title"]["text"].startswith("Roofline")]
+    assert chart["layout"]["xaxis"]["type"] == "log" and chart["layout"]["yaxis"]["type"] == "log"
+    sizes = [size for trace in chart["data"] for size in trace["marker"]["size"]]
+    assert len(set(sizes)) > 1  # sized by time
+    app.selectbox(key="base").set_value(cpu_run["run_id"]).run()
+    assert not app.exception, app.exception
+    figures = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+    pair = [f for f in figures if f["layout"]["title"]["text"].startswith("Roofline")][-1]
+    assert {trace["marker"]["symbol"] for trace in pair["data"]} == {"circle", "diamond"}  # both runs
+    paired = app.dataframe[-1].value
+    assert paired["key"].str.startswith("matmul ").any() and paired["a_op"].notna().any()

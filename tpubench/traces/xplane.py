@@ -572,6 +572,8 @@ def converted_hlo_stats(path: Path) -> list[OpTotals]:
                 bytes_accessed=bandwidth * 2**30 * self_us * 1e-6 if bandwidth is not None else None,
                 bound_by=cells.get("bound_by") or None,
                 category_hint=cells.get("category") or None,
+                flops_source="xprof hlo_stats" if flop_rate is not None else None,
+                bytes_source="xprof hlo_stats" if bandwidth is not None else None,
             )
         )
     return ops
