@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tpubench import peaks
-from tpubench.analysis.ops import of_source
+from tpubench.analysis.ops import SOURCE_PREFERENCE, of_source, primary_source
 
 #: below this time per call (µs), at the ceiling or measured, an op is launch- or host-bound
 OVERHEAD_US = 5.0
@@ -126,9 +126,20 @@ def _time_column(rows: pd.DataFrame) -> pd.Series:
     return rows["self_time_us"].where(~use_device, device)
 
 
+def roofline_source(ops: pd.DataFrame) -> str:
+    """The source a run's roofline is drawn from: the most device-side one whose rows have
+    FLOPs. A CUDA eager run's kernels have none (only Inductor's can), while its aten rows
+    have them from their shapes and the time of the kernels they launched."""
+    for source in SOURCE_PREFERENCE:
+        rows = ops[ops["source"] == source]
+        if len(rows) and rows["flops"].notna().any():
+            return source
+    return primary_source(ops)
+
+
 def points(ops: pd.DataFrame, source: str | None = None, by: str = "op") -> pd.DataFrame:
     """The roofline's points of one run, before any ceiling: one per op of ``source``
-    (default: the run's most device-side one), or with ``by="shape"`` one per op and
+    (default: :func:`roofline_source`), or with ``by="shape"`` one per op and
     recorded input shapes where the trace recorded them (``ops.shapes``).
 
     Columns: op, source, category, shape (the inputs, ``by="shape"``), key (what
@@ -138,7 +149,7 @@ def points(ops: pd.DataFrame, source: str | None = None, by: str = "op") -> pd.D
     """
     if by not in ("op", "shape"):
         raise ValueError(f"by must be 'op' or 'shape', got {by!r}")
-    rows = of_source(ops, source).copy()
+    rows = of_source(ops, source or roofline_source(ops)).copy()
     rows["time_us"] = _time_column(rows)
     for column in ("flops_source", "bytes_source", "shapes"):
         if column not in rows:

@@ -114,7 +114,8 @@ def show_roofline(
         _emit_json(run, found, table, split, fix, counted)
         return
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}")
-    console.print(f"ceilings: {found.describe()}", markup=False, highlight=False)
+    source = table["source"].iloc[0] if len(table) else "no"
+    console.print(f"{source} ops against {found.describe()}", markup=False, highlight=False)
     if found.ridge is None:
         console.print(
             "note: without ceilings no op is placed against a roof (bound, ceiling and savings stay empty); "

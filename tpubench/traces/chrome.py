@@ -23,7 +23,7 @@ from typing import IO
 import numpy as np
 
 from tpubench.traces.collectives import CommEvents
-from tpubench.traces.counts import NO_WORK
+from tpubench.traces.counts import NO_WORK, freeze
 from tpubench.traces.timeline import (
     NESTING_TOLERANCE_US,
     OpTotals,
@@ -258,18 +258,14 @@ def _add_kernel_counts(counts: dict[int, list[float]], kernel: int, args: dict) 
         found[3] += 1
 
 
-def _frozen(value: object) -> object:
-    return tuple(_frozen(item) for item in value) if isinstance(value, list) else value
-
-
 def _signature(name: str, args: dict) -> tuple:
     """An op event's identity with its recorded inputs: calls with the same one count the same."""
     return (
         name,
-        _frozen(args.get("Input Dims")),
-        _frozen(args.get("Input type")),
-        _frozen(args.get("Input Strides")),
-        _frozen(args.get("Concrete Inputs")),
+        freeze(args.get("Input Dims")),
+        freeze(args.get("Input type")),
+        freeze(args.get("Input Strides")),
+        freeze(args.get("Concrete Inputs")),
     )
 
 
