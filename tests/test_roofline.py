@@ -336,3 +336,22 @@ def test_the_ops_page_puts_two_runs_on_one_roofline(
     assert {trace["marker"]["symbol"] for trace in pair["data"]} == {"circle", "diamond"}  # both runs
     paired = app.dataframe[-1].value
     assert paired["key"].str.startswith("matmul ").any() and paired["a_op"].notna().any()
+
+
+def test_a_cuda_runs_roofline_takes_its_aten_ops_timed_by_their_kernels() -> None:
+    """A CUDA eager run's kernel rows have no FLOPs (only Inductor's can) and its aten rows
+    have them from their shapes: the roofline takes the aten rows, each at the kernel time it
+    launched, not its host time (rows as a CUDA trace gives them; this host has no GPU)."""
+    common = {"traced_steps": 1, "step_time_us": 1000.0, "category": "matmul", "calls": 1, "shapes": None}
+    ops = pd.DataFrame(
+        [
+            {"source": "kernel", "op": "sm90_gemm", "self_time_us": 80.0, "device_time_us": 80.0, "flops": None,
+             "bytes_accessed": None, "flops_source": None, "bytes_source": None, **common},
+            {"source": "aten", "op": "aten::mm", "self_time_us": 15.0, "device_time_us": 80.0, "flops": 2e9,
+             "bytes_accessed": 6e6, "flops_source": "flop_counter", "bytes_source": "shapes", **common},
+        ]
+    )  # fmt: skip
+    assert roofline.roofline_source(ops) == "aten"
+    [row] = roofline.roofline(ops, roofline.ceilings_for("NVIDIA H100 80GB HBM3", "cuda", "float32")).to_dict("records")
+    assert row["time_us_per_step"] == 80.0 and row["achieved_flops_per_s"] == pytest.approx(2e9 / 80e-6)
+    assert row["bound"] == "compute"  # 333 FLOP/byte against a ridge of 67e12 / 3.35e12 = 20
