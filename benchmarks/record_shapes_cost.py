@@ -20,10 +20,10 @@ import time
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # an installed torch_tpu must not load
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-import workloads  # noqa: E402
+import workloads
 
 
 def main() -> None:
