@@ -19,6 +19,7 @@ from tpubench.analysis.categories import CATEGORIES
 from tpubench.analysis.compiles import CAUSE_WORDS
 from tpubench.analysis.identity import config_labels
 from tpubench.analysis.ops import OTHERS
+from tpubench.analysis.roofline import RooflineCeilings
 
 BACKEND_COLOURS = {
     "cpu": "#6baed6",
@@ -31,6 +32,7 @@ BACKEND_COLOURS = {
     "tpu-compile": "#54278f",
 }
 _SPARE = px.colors.qualitative.Safe
+BOUND_COLOURS = {"compute": "#c62828", "memory": "#1565c0", "overhead": "#f9a825", "no ceilings": "#757575"}
 VERDICT_COLOURS = {
     "regressed": "#c62828",
     "improved": "#2e7d32",
@@ -331,6 +333,67 @@ def diff_bar(diff: pd.DataFrame, key: str) -> go.Figure:
     figure.add_vline(x=0, line_color="#555")
     figure.update_yaxes(categoryorder="array", categoryarray=list(frame[key])[::-1])  # largest change on top
     return _layout(figure, height=max(320, 60 + 22 * len(frame)))
+
+
+ROOFLINE_SYMBOLS = ("circle", "diamond")
+
+
+def roofline_chart(runs: list[tuple[str, pd.DataFrame, RooflineCeilings]]) -> go.Figure:
+    """Ops on the roofline, log-log: intensity (FLOP/byte) against achieved FLOP/s, one point
+    per op sized by its time per step, coloured by bound; each run's ceilings as a line
+    (min(peak, intensity * bandwidth)), named with their source (measured or datasheet).
+    ``runs`` holds one or two (label, :func:`tpubench.analysis.roofline.roofline` table,
+    ceilings); ops without FLOPs or bytes have no place on it."""
+    figure = go.Figure()
+    placed = [
+        (label, table[table["intensity"].gt(0) & table["achieved_flops_per_s"].gt(0)]) for label, table, _ in runs
+    ]
+    biggest = max((float(t["time_us_per_step"].max()) for _, t in placed if len(t)), default=1.0)
+    intensities = [float(v) for _, t in placed for v in t["intensity"]] + [
+        c.ridge for _, _, c in runs if c.ridge is not None
+    ]
+    low, high = (min(intensities) / 2, max(intensities) * 2) if intensities else (0.01, 100.0)
+    for (label, points), symbol in zip(placed, ROOFLINE_SYMBOLS, strict=False):
+        bounds = points["bound"].fillna("no ceilings")
+        for bound in dict.fromkeys(bounds):
+            these = points[bounds == bound]
+            figure.add_trace(
+                go.Scatter(
+                    x=these["intensity"],
+                    y=these["achieved_flops_per_s"],
+                    mode="markers",
+                    name=f"{label}: {bound}" if len(runs) > 1 else bound,
+                    marker={
+                        "size": 6 + 34 * (these["time_us_per_step"] / biggest) ** 0.5,
+                        "color": BOUND_COLOURS.get(bound, "#9e9e9e"),
+                        "symbol": symbol,
+                        "line": {"width": 0.5, "color": "#333"},
+                        "opacity": 0.75,
+                    },
+                    text=these["op"] + these["shape"].fillna("").map(lambda s: f" {s}" if s else ""),
+                    customdata=these[["time_us_per_step", "ceiling_fraction"]],
+                    hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3g} FLOP/s<br>%{customdata[0]:,.1f} µs/step, "
+                    "%{customdata[1]:.1%} of its ceiling<extra></extra>",
+                )
+            )
+    for (label, _, ceilings), dash in zip(runs, ("solid", "dash"), strict=False):
+        if ceilings.ridge is None:
+            continue
+        xs = sorted({low, ceilings.ridge, high})
+        figure.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[ceilings.ceiling(x) for x in xs],
+                mode="lines",
+                name=f"{label + ': ' if len(runs) > 1 else ''}{ceilings.source} ceilings",
+                line={"color": "#333", "dash": dash},
+                hoverinfo="skip",
+            )
+        )
+    figure.update_xaxes(type="log", title="arithmetic intensity (FLOP/byte)")
+    figure.update_yaxes(type="log", title="achieved FLOP/s")
+    figure.update_layout(title="Roofline: each op's achieved FLOP/s at its intensity (size: time per step)")
+    return _layout(figure, height=480)
 
 
 def compile_times(runs: pd.DataFrame) -> go.Figure:

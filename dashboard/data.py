@@ -403,3 +403,10 @@ def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with ``mfu_attained`` against the store's measured ceilings, as ``tpubench
     compare`` computes it (:func:`tpubench.analysis.ceilings.attach_attained`)."""
     return ceilings_analysis.attach_attained(runs, ceilings(results).frame)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def roofline_ceilings(results: str) -> pd.DataFrame:
+    """The store's measured ceilings as the Ops page's roofline reads them
+    (:func:`tpubench.analysis.ceilings.roofline_frame`)."""
+    return ceilings_analysis.roofline_frame(ceilings(results).frame)

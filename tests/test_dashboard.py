@@ -234,12 +234,12 @@ def test_ops_ranks_a_profiled_runs_ops_and_diffs_two_runs(serve, results: Path) 
     app = serve(results, "Ops")
     run_id = app.selectbox(key="run").value
     assert f"tpubench trace {run_id} --open --results {results}" in texts(app)
-    assert charts(app) == 2  # top ops, and the treemap
+    assert charts(app) == 3  # top ops, the treemap, and the roofline
     split = frames(app)[0]
     assert split["share of self time"].sum() == pytest.approx(1.0)
     app.selectbox(key="base").select_index(1).run()  # the newest other profiled run
-    assert not app.exception and charts(app) == 3
-    assert set(frames(app)[-1]["change"]) <= {"new", "missing", "slower", "faster", "same"}
+    assert not app.exception and charts(app) == 5  # and the diff, and both runs on the roofline
+    assert set(frames(app)[-2]["change"]) <= {"new", "missing", "slower", "faster", "same"}
 
 
 def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, tmp_path: Path) -> None:

@@ -192,6 +192,9 @@ OPS = pa.schema(
         ("devices", _int),
         ("comm_bytes", _float),
         ("busbw_gbps", _float),
+        ("flops_source", _string),
+        ("bytes_source", _string),
+        ("shapes", _string),
     ]
 )
 

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from tpubench.analysis import ops as analysis
+from tpubench.analysis import roofline
 
 NO_DIFF = ""
 CATEGORY_COLUMNS = {
@@ -42,6 +43,48 @@ def _no_rows(view: ui.View, run_id: str) -> None:
 def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
     columns = ["rank", "op", "category", "calls", "self_us_per_step", "self_pct", "total_time_us", "bound_by"]
     return ranked[columns].rename(columns=RANKED_COLUMNS)
+
+
+def _roofline_of(view: ui.View, run_id: str, ops: pd.DataFrame) -> tuple[str, pd.DataFrame, roofline.RooflineCeilings]:
+    """A run's roofline table (one point per op and shapes) against the store's measured
+    ceilings for its device and dtype, else the data sheet's, with the run's label."""
+    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    run = data.runs(view.results, (invocation,), (run_id,), ("run_id", "backend", "device", "dtype")).frame
+    first = run.iloc[0] if len(run) else pd.Series({"backend": "", "device": "", "dtype": ""})
+    ceilings = roofline.ceilings_for(
+        str(first["device"]),
+        roofline.device_kind(first["backend"], first["device"]),
+        str(first["dtype"]),
+        data.roofline_ceilings(view.results),
+    )
+    return run_id, roofline.roofline(ops, ceilings, by="shape"), ceilings
+
+
+def _show_roofline(found: list[tuple[str, pd.DataFrame, roofline.RooflineCeilings]], key: str) -> None:
+    """The roofline chart of one or two runs, which ceilings it used, and what to fix first."""
+    for run_id, table, ceilings in found:
+        counted = table["intensity"].notna()
+        st.caption(
+            f"`{run_id}`: {ceilings.describe()}; {int(counted.sum())} of {len(table)} ops have FLOPs and bytes "
+            f"({table.loc[counted, 'time_share'].sum():.1%} of the step; the rest is uncounted: no formula, no figure)"
+        )
+    for run_id, table, _ in found:
+        if warning := roofline.above_ceiling(table):
+            st.warning(f"`{run_id}`: {warning}.")
+    st.plotly_chart(charts.roofline_chart(found), key=key)
+    if len(found) == 1:
+        _, table, ceilings = found[0]
+        if ceilings.ridge is not None:
+            split = roofline.bound_split(table)
+            st.caption(
+                "Time by bound: "
+                + ", ".join(f"{b} {s:.1%}" for b, s in zip(split["bound"], split["time_share"], strict=True))
+            )
+            ui.table(roofline.fix_first(table).style.format(precision=1, thousands=","))
+    else:
+        paired = roofline.pair(found[0][1], found[1][1])
+        st.caption(f"Matched by {roofline.MATCHING}.")
+        ui.table(paired.head(30).style.format(precision=2, thousands=","))
 
 
 def main() -> None:
@@ -108,6 +151,9 @@ def main() -> None:
     ui.table(split.style.format({"share of self time": "{:.1%}"}, precision=1, thousands=","))
     with st.expander("Top ops table"):
         ui.table(ranked_table(ranked).style.format(precision=1, thousands=","))
+    st.subheader("Roofline")
+    found = _roofline_of(view, run_id, ops)
+    _show_roofline([found], "ops-roofline")
     st.subheader("Compare with another run")
     others = profiled[profiled["run_id"] != run_id]
     options = [NO_DIFF, *others.iloc[::-1].head(ui.RUN_CHOICES)["run_id"]]
@@ -135,6 +181,8 @@ def main() -> None:
     diff = analysis.diff_ops(base, ops, by=by_key)
     st.plotly_chart(charts.diff_bar(diff.head(top), by_key), key="ops-diff")
     ui.table(diff.style.format(precision=1, thousands=","))
+    st.markdown("**Both runs on the roofline** (the base run's points are circles, this run's diamonds)")
+    _show_roofline([_roofline_of(view, other, base), found], "ops-roofline-pair")
     where = data.store_of(view.results, view.index, [other, run_id])
     st.caption(
         f"In a terminal: `tpubench ops --diff {other} {run_id} --results {where}`"

@@ -219,3 +219,44 @@ def curves(ceilings: pd.DataFrame, kind: str) -> pd.DataFrame:
             "rate_unit": points["rate_unit"],
         }
     ).sort_values(["series", "size"])
+
+
+#: STREAM's kernels: the device memory's bandwidth (host copies are a link's, not a roofline's)
+STREAM_OPS = ("copy", "scale", "add", "triad")
+
+
+def roofline_frame(ceilings: pd.DataFrame) -> pd.DataFrame:
+    """The measured ceilings in the shape :func:`tpubench.analysis.roofline.ceilings_for`
+    reads: per device, each matmul dtype's points (``flops_per_s``, the median rate) and the
+    STREAM points past the caches (``bytes_per_s``; :func:`beyond_cache`), of the latest sweep
+    of each. ``ceilings_for`` takes the best of them, as ``--show`` does."""
+    columns = ["kind", "device", "dtype", "flops_per_s", "bytes_per_s"]
+    points = latest_points(ceilings)
+    if points.empty:
+        return pd.DataFrame(columns=columns)
+    rated = points[points["median_rate"].notna()]
+    matmul = rated[rated["kind"] == "matmul"]
+    memory = beyond_cache(rated[(rated["kind"] == "memory") & rated["op"].isin(STREAM_OPS)])
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "kind": "matmul",
+                    "device": matmul["device"],
+                    "dtype": matmul["dtype"],
+                    "flops_per_s": matmul["median_rate"],
+                    "bytes_per_s": None,
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "kind": "memory",
+                    "device": memory["device"],
+                    "dtype": memory["dtype"],
+                    "flops_per_s": None,
+                    "bytes_per_s": memory["median_rate"],
+                }
+            ),
+        ],
+        ignore_index=True,
+    )[columns]

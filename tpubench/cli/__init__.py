@@ -26,6 +26,7 @@ COMMANDS = {
     "run": "run",
     "ops": "ops",
     "trace": "ops",
+    "roofline": "roofline",
     "compiles": "compiles",
     "compare": "compare",
     "regressions": "compare",

@@ -21,6 +21,7 @@ from tpubench import peaks, store, viewer
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, SOURCES
 from tpubench.analysis.identity import config_labels
+from tpubench.analysis.roofline import device_kind
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.store import StoreError
@@ -119,11 +120,7 @@ def _run_ops(results_dir: Path | str, run: dict[str, Any]) -> pd.DataFrame:
 
 def _device_kind(run: dict[str, Any]) -> str:
     """The device kind the run's device name is listed under in the peak table."""
-    family = str(run["backend"]).split("-")[0]
-    if family in ("cpu", "cuda", "tpu"):
-        return family
-    device = str(_value(run, "device") or "")
-    return "cpu" if device.startswith("CPU") else "tpu" if device.startswith("TPU") else "cuda"
+    return device_kind(run["backend"], _value(run, "device"))
 
 
 def _peak_flops(run: dict[str, Any]) -> float | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tpubench.analysis.categories import categorize
+from tpubench.traces.counts import count_shapes, shapes_json
 from tpubench.traces.files import XPLANE_SUFFIX, locate
 from tpubench.traces.timeline import OpTotals, TraceError, TraceOps
 
@@ -100,6 +101,9 @@ def ops_rows(found: TraceOps, traced_steps: int | None = None, devices: int = 1)
                 "bytes_accessed": per_device(op.bytes_accessed),
                 "achieved_flops_per_s": op.flops / seconds if op.flops is not None and seconds > 0 else None,
                 "bound_by": op.bound_by,
+                "flops_source": op.flops_source,
+                "bytes_source": op.bytes_source,
+                "shapes": shapes_json(op.shapes, held),
                 "traced_steps": steps,
                 "step_time_us": step_time,
                 "tool": found.tool,
@@ -111,13 +115,15 @@ def ops_rows(found: TraceOps, traced_steps: int | None = None, devices: int = 1)
 
 def ingest(trace_path: str | Path, traced_steps: int | None = None, devices: int = 1) -> list[dict[str, Any]]:
     """The ``ops`` rows of the trace at ``trace_path`` (a file, or an XProf logdir), per
-    device of a run on ``devices`` devices (:func:`ops_rows`). Collective rows of a Chrome
-    trace carry ``comm_bytes`` and ``busbw_gbps`` where the trace gives the sizes
-    (:class:`tpubench.traces.collectives.CommEvents`).
+        device of a run on ``devices`` devices (:func:`ops_rows`). Collective rows of a Chrome
+        trace carry ``comm_bytes`` and ``busbw_gbps`` where the trace gives the sizes
+        (:class:`tpubench.traces.collectives.CommEvents`). Rows recorded with shapes (a Chrome
+    trace of ``record_shapes``) get FLOPs and bytes from them (:mod:`tpubench.traces.counts`).
 
-    Raises TraceError for a missing, truncated or corrupt trace: all rows or none.
+        Raises TraceError for a missing, truncated or corrupt trace: all rows or none.
     """
     found = _merged([read_trace(path) for path in locate(Path(trace_path))])
+    count_shapes(found.ops)  # a Chrome trace's recorded shapes: FLOPs and bytes (imports torch if it has some)
     rows = ops_rows(found, traced_steps, devices)
     for row in rows:
         if (size := (found.comm_sizes or {}).get((row["source"], row["op"]))) is not None:

@@ -23,7 +23,16 @@ from typing import IO
 import numpy as np
 
 from tpubench.traces.collectives import CommEvents
-from tpubench.traces.timeline import OpTotals, Timelines, TraceError, TraceOps
+from tpubench.traces.counts import NO_WORK, freeze
+from tpubench.traces.timeline import (
+    NESTING_TOLERANCE_US,
+    OpTotals,
+    ShapeCalls,
+    Timelines,
+    TraceError,
+    TraceOps,
+    self_times,
+)
 
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -65,6 +74,10 @@ def read_chrome(path: Path) -> TraceOps:
     kernel_correlation, kernel_external = array("q"), array("q")  # one each per device event
     steps: list[tuple[float, float]] = []
     comm = CommEvents()
+    signatures = _Interned()  # (op name, recorded inputs) of cpu_op events recorded with shapes
+    host_signature = array("q")  # per host event: its signature id, or -1
+    host_is_op = array("b")  # per host event: an op (cpu_op) that does work, whose nesting makes a call no leaf
+    kernel_counts: dict[int, list[float]] = {}  # device event's name id -> Inductor's FLOPs and GB, summed
     origin = None
     seen_events = False
     with _open(path) as stream:
@@ -89,12 +102,19 @@ def read_chrome(path: Path) -> TraceOps:
                 timelines.start.append(ts - origin)
                 timelines.duration.append(duration)
                 if category in DEVICE_CATEGORIES:
-                    timelines.op.append(names(("kernel", name)))
+                    kernel = names(("kernel", name))
+                    timelines.op.append(kernel)
                     kernel_correlation.append(int(args.get("correlation", -1)))
                     kernel_external.append(int(args.get("External id", -1)))
+                    if "kernel_flop" in args or "kernel_num_gb" in args:
+                        _add_kernel_counts(kernel_counts, kernel, args)
                     continue
                 op = names(("aten", name))
                 timelines.op.append(op)
+                host_signature.append(
+                    signatures(_signature(name, args)) if category == "cpu_op" and "Input Dims" in args else -1
+                )
+                host_is_op.append(category == "cpu_op" and name not in NO_WORK)
                 if category == "cpu_op" and "External id" in args:
                     op_external.append(int(args["External id"]))
                     op_of_external.append(op)
@@ -115,7 +135,8 @@ def read_chrome(path: Path) -> TraceOps:
     launcher = _launchers(
         kernel_correlation, kernel_external, call_correlation, call_external, op_external, op_of_external
     )
-    ops = _host_ops(host, keys, device, launcher) + _kernel_ops(device, keys, launcher)
+    ops = _host_ops(host, keys, device, launcher) + _kernel_ops(device, keys, launcher, kernel_counts)
+    _add_shapes(ops, host, host_signature, host_is_op, signatures.names())
     span = _span(host, device)
     sizes = comm.sizes(path)
     if steps:
@@ -189,8 +210,13 @@ def _host_ops(host: Timelines, keys: list, device: Timelines, launcher: np.ndarr
     ]
 
 
-def _kernel_ops(device: Timelines, keys: list, launcher: np.ndarray) -> list[OpTotals]:
-    """One row per (kernel, launching op): kernels do not nest, so self time is their time."""
+def _kernel_ops(
+    device: Timelines, keys: list, launcher: np.ndarray, counts: dict[int, list[float]] | None = None
+) -> list[OpTotals]:
+    """One row per (kernel, launching op): kernels do not nest, so self time is their time.
+
+    An Inductor kernel whose launches carry ``kernel_flop``/``kernel_num_gb`` (Inductor
+    records them with ``benchmark_kernel``) gets their sums, split over its rows by calls."""
     if not len(device):
         return []
     kernel = np.frombuffer(device.op, dtype=np.int64)
@@ -198,8 +224,10 @@ def _kernel_ops(device: Timelines, keys: list, launcher: np.ndarray) -> list[OpT
     pairs, index = np.unique(np.stack([kernel, launcher]), axis=1, return_inverse=True)
     calls = np.bincount(index, minlength=pairs.shape[1])
     time = np.bincount(index, weights=duration, minlength=pairs.shape[1])
-    return [
-        OpTotals(
+    all_calls = np.bincount(kernel, minlength=len(keys))
+    rows = []
+    for i, (k, op) in enumerate(pairs.T.tolist()):
+        row = OpTotals(
             "kernel",
             keys[k][1],
             int(calls[i]),
@@ -208,5 +236,66 @@ def _kernel_ops(device: Timelines, keys: list, launcher: np.ndarray) -> list[OpT
             framework_op=keys[op][1] if op >= 0 else None,
             device_us=float(time[i]),
         )
-        for i, (k, op) in enumerate(pairs.T.tolist())
-    ]
+        if counts and k in counts:
+            flops, gb, flop_calls, gb_calls = counts[k]
+            share = calls[i] / all_calls[k]
+            if flop_calls == all_calls[k]:  # every launch said: a sum, never a part passed off as the whole
+                row.flops, row.flops_source = flops * share, "inductor kernel_flop"
+            if gb_calls == all_calls[k]:
+                row.bytes_accessed, row.bytes_source = gb * 1e9 * share, "inductor kernel_num_gb"
+        rows.append(row)
+    return rows
+
+
+def _add_kernel_counts(counts: dict[int, list[float]], kernel: int, args: dict) -> None:
+    """Add one launch's Inductor figures to its kernel's: FLOPs, GB, and how many launches gave each."""
+    found = counts.setdefault(kernel, [0.0, 0.0, 0, 0])
+    if (flop := args.get("kernel_flop")) is not None:
+        found[0] += float(flop)
+        found[2] += 1
+    if (gb := args.get("kernel_num_gb")) is not None:
+        found[1] += float(gb)
+        found[3] += 1
+
+
+def _signature(name: str, args: dict) -> tuple:
+    """An op event's identity with its recorded inputs: calls with the same one count the same."""
+    return (
+        name,
+        freeze(args.get("Input Dims")),
+        freeze(args.get("Input type")),
+        freeze(args.get("Input Strides")),
+        freeze(args.get("Concrete Inputs")),
+    )
+
+
+def _add_shapes(ops: list[OpTotals], host: Timelines, signature: array, is_op: array, names: list) -> None:
+    """Give each aten row recorded with shapes its calls by recorded inputs (ShapeCalls).
+
+    A call is a *leaf* when no other op (``cpu_op``) runs inside it on its thread; runtime
+    calls (``cudaLaunchKernel``), annotations and ops that do no work (``counts.NO_WORK``:
+    views, allocations) inside it do not count. Those ops are leaves themselves."""
+    if not names:
+        return
+    sig = np.frombuffer(signature, dtype=np.int64)
+    op_event = np.frombuffer(is_op, dtype=np.int8).astype(bool)
+    timeline = np.frombuffer(host.timeline, dtype=np.int64)[op_event]
+    start = np.frombuffer(host.start, dtype=np.float64)[op_event]
+    duration = np.frombuffer(host.duration, dtype=np.float64)[op_event]
+    order = np.lexsort((-duration, start, timeline))
+    op_own = np.empty(len(order))
+    op_own[order] = self_times(timeline[order], start[order], duration[order])
+    leaf = np.ones(len(sig), dtype=bool)
+    leaf[op_event] = duration - op_own <= NESTING_TOLERANCE_US
+    recorded = sig >= 0
+    calls = np.bincount(sig[recorded], minlength=len(names))
+    leaf_calls = np.bincount(sig[recorded & leaf], minlength=len(names))
+    own = np.bincount(sig[recorded], weights=host.own()[recorded], minlength=len(names))
+    by_op: dict[str, list[ShapeCalls]] = {}
+    for i, (name, dims, types, strides, concrete) in enumerate(names):
+        by_op.setdefault(name, []).append(
+            ShapeCalls(dims, types, strides, concrete, int(calls[i]), int(leaf_calls[i]), float(own[i]))
+        )
+    for row in ops:
+        if row.source == "aten" and row.op in by_op:
+            row.shapes = by_op[row.op]

@@ -39,6 +39,31 @@ class OpTotals:
     bytes_accessed: float | None = None
     bound_by: str | None = None
     category_hint: str | None = None  # the tool's own category (xprof's HLO category), for categorize()
+    flops_source: str | None = None  # where ``flops`` came from (docs/schema.md, ops)
+    bytes_source: str | None = None
+    shapes: list[ShapeCalls] | None = None  # a Chrome trace's op recorded with shapes: its calls by inputs
+
+
+@dataclass
+class ShapeCalls:
+    """One op's calls with the same recorded inputs (``record_shapes``), and their figures
+    once counted (:func:`tpubench.traces.counts.count_call`): per call, standing for
+    ``counted_calls`` of them (those that do the op's own work)."""
+
+    dims: Any  # Input Dims, Input type, Input Strides, Concrete Inputs as the trace has them (frozen)
+    types: Any
+    strides: Any
+    concrete: Any
+    calls: int
+    leaf_calls: int  # calls that ran no other op (doing work) inside
+    self_us: float  # all calls' self time
+    flops: float | None = None  # per call
+    flops_source: str | None = None
+    bytes: float | None = None
+    bytes_source: str | None = None
+    counted_calls: int = 0
+    label: str | None = None  # the shapes as words, where not from dims and types (an HLO op's)
+    dot: tuple[int, int, int, int] | None = None  # a matmul's (batch, m, n, k)
 
 
 @dataclass
@@ -78,17 +103,23 @@ class Timelines:
         if not len(self):
             zeros = np.zeros(n_ops)
             return zeros.astype(np.int64), zeros, zeros
+        duration = np.frombuffer(self.duration, dtype=np.float64)
+        op = np.frombuffer(self.op, dtype=np.int64)
+        calls = np.bincount(op, minlength=n_ops)
+        total = np.bincount(op, weights=duration, minlength=n_ops)
+        self_total = np.bincount(op, weights=self.own(), minlength=n_ops)
+        return calls, total, self_total
+
+    def own(self) -> np.ndarray:
+        """Each event's self time (microseconds), in the order the events were added."""
         timeline = np.frombuffer(self.timeline, dtype=np.int64)
         start = np.frombuffer(self.start, dtype=np.float64)
         duration = np.frombuffer(self.duration, dtype=np.float64)
-        op = np.frombuffer(self.op, dtype=np.int64)
         # by timeline, then start; a parent (longer) before a child that starts with it
         order = np.lexsort((-duration, start, timeline))
-        own = self_times(timeline[order], start[order], duration[order])
-        calls = np.bincount(op, minlength=n_ops)
-        total = np.bincount(op, weights=duration, minlength=n_ops)
-        self_total = np.bincount(op[order], weights=own, minlength=n_ops)
-        return calls, total, self_total
+        own = np.empty(len(order))
+        own[order] = self_times(timeline[order], start[order], duration[order])
+        return own
 
 
 def self_times(timeline: np.ndarray, start: np.ndarray, duration: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from tpubench.traces.timeline import OpTotals, TraceError, TraceOps, self_times
+from tpubench.traces.timeline import OpTotals, ShapeCalls, TraceError, TraceOps, self_times
 
 #: bytes of events parsed at a time
 BLOCK_BYTES = 4 << 20
@@ -79,7 +79,7 @@ def _messages() -> dict[str, type[message.Message]]:
             ("stats", 4, "XStat", True),
         ],
         "EventBlock": [("events", 4, "XEvent", True)],  # a run of XLine.events
-        "XEventMetadata": [("id", 1, "int64", False), ("name", 2, "bytes", False)],
+        "XEventMetadata": [("id", 1, "int64", False), ("name", 2, "bytes", False), ("stats", 5, "XStat", True)],
         "XStatMetadata": [("id", 1, "int64", False), ("name", 2, "bytes", False)],
         "EventMetadataEntry": [("key", 1, "int64", False), ("value", 2, "XEventMetadata", False)],
         "StatMetadataEntry": [("key", 1, "int64", False), ("value", 2, "XStatMetadata", False)],
@@ -442,8 +442,51 @@ def read_xplane(path: Path) -> TraceOps:
         OpTotals("hlo", name, int(found.calls[i]), float(found.self_us[i]), float(found.total_us[i]), module=module)
         for i, (module, name) in enumerate(names)
     ]
+    _count_hlo(ops, planes)
     span = found.last_us - found.first_us if found.first_us is not None else None
     return TraceOps("xplane events", ops, steps, step_time if steps else span)
+
+
+#: the metadata plane's stat that holds a compiled module's HloProto
+HLO_PROTO = "Hlo Proto"
+
+
+def _hlo_protos(planes: list[_Plane]) -> dict[str, bytes]:
+    """Each compiled module's HloProto, by its event name on the metadata plane."""
+    protos = {}
+    for plane in planes:
+        stat_names = {s.key: s.value.name.decode("utf-8", "replace") for s in plane.header.stat_metadata}
+        wanted = {key for key, name in stat_names.items() if name == HLO_PROTO}
+        if not wanted:
+            continue
+        for entry in plane.header.event_metadata:
+            for stat in entry.value.stats:
+                if stat.metadata_id in wanted and stat.WhichOneof("value") == "bytes_value":
+                    protos[entry.value.name.decode("utf-8", "replace")] = stat.bytes_value
+    return protos
+
+
+def _count_hlo(ops: list[OpTotals], planes: list[_Plane]) -> None:
+    """FLOPs and bytes of each HLO op from its module's shapes (:mod:`tpubench.traces.hlo`),
+    where the trace carries the modules; ops of a module it lacks keep nulls."""
+    from tpubench.traces.hlo import SOURCE, parse_modules
+
+    modules = parse_modules(_hlo_protos(planes))
+    for op in ops:
+        module = modules.get(op.module or "")
+        counted = module.count(op.op) if module is not None else None
+        if counted is None:
+            continue
+        if counted.opcode in ("call", "while", "conditional"):
+            op.flops_source = op.bytes_source = "nested"  # the ops it runs have their own rows
+        if counted.flops is not None:
+            op.flops, op.flops_source = counted.flops * op.calls, SOURCE
+        if counted.bytes is not None:
+            op.bytes_accessed, op.bytes_source = counted.bytes * op.calls, SOURCE
+        op.shapes = [
+            ShapeCalls(None, None, None, None, op.calls, op.calls, op.self_us, counted.flops, op.flops_source,
+                       counted.bytes, op.bytes_source, op.calls, label=counted.shape, dot=counted.dot)
+        ]  # fmt: skip
 
 
 @dataclass
@@ -529,6 +572,8 @@ def converted_hlo_stats(path: Path) -> list[OpTotals]:
                 bytes_accessed=bandwidth * 2**30 * self_us * 1e-6 if bandwidth is not None else None,
                 bound_by=cells.get("bound_by") or None,
                 category_hint=cells.get("category") or None,
+                flops_source="xprof hlo_stats" if flop_rate is not None else None,
+                bytes_source="xprof hlo_stats" if bandwidth is not None else None,
             )
         )
     return ops
