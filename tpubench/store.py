@@ -6,6 +6,7 @@ Layout, one file per suite invocation per table::
     results/steps/date=YYYY-MM-DD/<invocation_id>.parquet
     results/ops/date=YYYY-MM-DD/<invocation_id>.parquet
     results/compiles/date=YYYY-MM-DD/<invocation_id>.parquet
+    results/memory/date=YYYY-MM-DD/<invocation_id>.parquet
 
 An invocation rewrites its own files after every run (temp file, then rename; the ops
 and compiles files once a run has given them rows), so a
@@ -43,7 +44,7 @@ from tpubench.schema import SCHEMA_VERSION, TABLES
 
 #: tables whose file an invocation writes only once it has rows: most runs profile nothing,
 #: and eager runs compile nothing
-WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles"})
+WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles", "memory"})
 
 
 class StoreError(Exception):
@@ -158,8 +159,9 @@ class InvocationWriter:
         steps: Iterable[dict[str, Any]] = (),
         ops: Iterable[dict[str, Any]] = (),
         compiles: Iterable[dict[str, Any]] = (),
+        memory: Iterable[dict[str, Any]] = (),
     ) -> None:
-        tables = (("runs", [run]), ("steps", steps), ("ops", ops), ("compiles", compiles))
+        tables = (("runs", [run]), ("steps", steps), ("ops", ops), ("compiles", compiles), ("memory", memory))
         fresh = {name: list(rows) for name, rows in tables}
         converted = {name: to_table(rows, name) for name, rows in fresh.items() if rows}  # all checked first
         for name, table in converted.items():  # one chunk: a table of a chunk per run writes 10x slower
@@ -367,6 +369,12 @@ def load_compiles(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd
     """One row per compile, graph break, host read or fallback of a run (docs/schema.md);
     e.g. ``load_compiles("results", run_id=run_id)``. Stores from before the table load empty."""
     return load_table(results_dir, "compiles", **filters)
+
+
+def load_memory(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """A run's memory breakdown per rank and, with --profile-memory, its timeline by category
+    (docs/schema.md); e.g. ``load_memory("results", run_id=run_id)``. Older stores load empty."""
+    return load_table(results_dir, "memory", **filters)
 
 
 def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:
