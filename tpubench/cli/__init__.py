@@ -34,6 +34,7 @@ COMMANDS = {
     "ci": "ci",
     "dashboard": "dashboard",
     "scaling": "scaling",
+    "memory": "memory",
 }
 
 
