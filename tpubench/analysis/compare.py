@@ -97,6 +97,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("first_step", "first step", "s", "lower", 0.5, "run", "first_step_s", min_delta=1.0),
     Metric("compile", "compile time", "s", "lower", 0.5, "run", "compile_s", min_delta=1.0),
     Metric("peak_mem", "peak memory", "MiB", "lower", 0.10, "run", "peak_mem_bytes", min_delta=32.0, scale=2**-20),
+    # the peak's parts (tpubench.memory): counted exactly, so a change is the model's or the plan's
+    *(
+        Metric(f"mem_{part}", f"{label} memory", "MiB", "lower", 0.10, "run", column, min_delta=1.0, scale=2**-20)
+        for part, label, column in (
+            ("weights", "weights", "mem_weights_bytes"),
+            ("grads", "gradients", "mem_grads_bytes"),
+            ("optimizer", "optimizer state", "mem_optimizer_bytes"),
+            ("activations", "activations", "mem_activations_bytes"),
+        )
+    ),
+    # a counter's delta per token (tpubench.energy); null on both sides without a counter
+    Metric("energy_per_token", "energy per token", "mJ", "lower", 0.10, "run", "joules_per_token", scale=1e3),
 )
 #: per-run statistics of the samples a sampled metric can compare, as quantiles
 STATISTICS = {"median": 0.5, "p10": 0.1, "min": 0.0}
@@ -378,6 +390,8 @@ def _samples_of(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame], column:
 
 
 def _run_values(runs: pd.DataFrame, metric: Metric) -> np.ndarray:
+    if metric.column not in runs:  # a frame from before the column existed
+        return np.array([])
     return runs[metric.column].dropna().to_numpy(dtype=float) * metric.scale
 
 

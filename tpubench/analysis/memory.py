@@ -107,4 +107,6 @@ def stacked(runs: pd.DataFrame, label: pd.Series | None = None) -> pd.DataFrame:
         for index, run in have.iterrows()
         for _, (column, name) in PARTS.items()
     ]
-    return pd.DataFrame(rows, columns=["run_id", "label", "part", "bytes", "estimated_mem_bytes", "peak_above_baseline"])
+    return pd.DataFrame(
+        rows, columns=["run_id", "label", "part", "bytes", "estimated_mem_bytes", "peak_above_baseline"]
+    )
