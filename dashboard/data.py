@@ -389,3 +389,10 @@ def compiles(results: str, invocations: tuple[str, ...], run_ids: tuple[str, ...
     if run_ids is not None:
         filters["run_id"] = list(run_ids)
     return _scan(results, "compiles", **filters)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def memory(results: str, invocation: str, run_id: str) -> Loaded:
+    """One run's rows of the memory table (its breakdown per rank, its profiled timeline);
+    empty for a store from before the table."""
+    return _scan(results, "memory", invocation_id=invocation, run_id=run_id)

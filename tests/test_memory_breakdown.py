@@ -12,6 +12,7 @@ because this machine has none.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -192,3 +193,55 @@ def test_a_store_from_before_the_breakdown_loads_with_its_columns_null(tmp_path:
     assert runs["mem_weights_bytes"].isna().all() and runs["energy_source"].isna().all()
     assert store.load_memory(tmp_path).empty
     assert analysis.stacked(runs).empty
+
+
+def stored_breakdowns(results: Path) -> str:
+    """Two stored runs of one configuration on two backends with their breakdowns, the first
+    with a profiled step (the read side's input: rows written by the store's own writer)."""
+    from multi_device_rows import START, run_row
+
+    writer = store.InvocationWriter(results, "inv-memory", START)
+    parts = {"mem_weights_bytes": 4 * 2**20, "mem_grads_bytes": 4 * 2**20, "mem_optimizer_bytes": 8 * 2**20}
+    first = run_row(**parts, mem_activations_bytes=2**20, memory_breakdown_source="counted", backend="cpu",
+                    invocation_id="inv-memory", peak_mem_bytes=2**30, baseline_mem_bytes=2**30 - 17 * 2**20,
+                    estimated_mem_bytes=20 * 2**20, energy_source="none")  # fmt: skip
+    breakdown = [
+        {"kind": "breakdown", "category": name, "bytes": value, "source": "counted"}
+        for name, value in (("weights", 4 * 2**20), ("gradients", 4 * 2**20), ("optimizer", 8 * 2**20))
+    ]
+    timeline = [
+        {"kind": "timeline", "t_us": float(t), "category": category, "bytes": value}
+        for t, held in enumerate(((4, 8, 0), (4, 8, 4), (4, 8, 0)))
+        for category, value in zip(("parameter", "optimizer_state", "gradient"), held, strict=True)
+    ]
+    writer.add(
+        first, memory=[{"run_id": first["run_id"], "invocation_id": "inv-memory", **r} for r in breakdown + timeline]
+    )
+    second = run_row(**parts, memory_breakdown_source="counted_shards", backend="xla", invocation_id="inv-memory")
+    writer.add(second)
+    return first["run_id"]
+
+
+def test_the_dashboard_stacks_each_runs_parts_and_draws_the_profiled_step(tmp_path: Path, monkeypatch) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import RESULTS_ENV, catalog
+
+    run_id = stored_breakdowns(tmp_path)
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
+    overview = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    overview.run()
+    assert not overview.exception, overview.exception[0].value
+    titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in overview.get("plotly_chart")]
+    assert "Memory by part (GiB per device)" in titles
+    details = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    details.switch_page(catalog.BY_TITLE["Run details"].path)
+    details.query_params.update(run=run_id)
+    details.run()
+    assert not details.exception, details.exception[0].value
+    titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in details.get("plotly_chart")]
+    assert "One profiled step by category (MiB)" in titles and "Memory by part (GiB), estimate marked" in titles
+    measured = {
+        row["field"]: row["value"] for df in (e.value for e in details.dataframe) for row in df.to_dict("records")
+    }
+    assert measured["mem_optimizer_bytes"] == "8.0 MiB" and measured["energy_source"] == "none"
