@@ -861,6 +861,8 @@ CROSS_COLUMNS = [
     "base_tokens_per_usd",
     "test_tokens_per_usd",
     "cost_ratio",
+    "base_joules_per_token",
+    "test_joules_per_token",
     "caveat",
 ]
 
@@ -878,12 +880,26 @@ def busy_caveat(base: pd.DataFrame, test: pd.DataFrame) -> str | None:
     return "; ".join(parts) + ": its step times may be inflated, and the speed-up with them"
 
 
+def _energy_pair(base: pd.DataFrame, test: pd.DataFrame) -> dict[str, float | None]:
+    """Each side's median measured joules per token, both or neither: an estimate never
+    stands in for a side without a counter (energy_source none)."""
+    found = {}
+    for prefix, runs in (("base", base), ("test", test)):
+        if "joules_per_token" not in runs:
+            return {}
+        measured = runs.loc[runs["energy_source"].isin(["nvml_counter", "rapl"]), "joules_per_token"].dropna()
+        found[f"{prefix}_joules_per_token"] = float(measured.median()) if len(measured) else None
+    return found if all(value is not None for value in found.values()) else {}
+
+
 def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, prices: Mapping[str, Any]) -> pd.DataFrame:
     """GPU against TPU (any two backends or devices): per configuration, each side's median step,
     the speedup (baseline step ÷ candidate step), MFU, tokens/s, the device's price per hour
     (:mod:`tpubench.analysis.prices`) and tokens per dollar; ``cost_ratio`` is the candidate's
     tokens per dollar over the baseline's (above 1: the candidate is cheaper per token).
-    Only ok runs count; repeats are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
+    Beside the price, each side's measured energy per token (a counter's delta,
+    :mod:`tpubench.energy`), only when both sides measured it. Only ok runs count; repeats
+    are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
     """
     from tpubench.analysis.prices import device_kind, device_price
 
@@ -913,5 +929,6 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
                 base_per_usd, test_per_usd = row["base_tokens_per_usd"], row["test_tokens_per_usd"]
                 row["cost_ratio"] = test_per_usd / base_per_usd if base_per_usd and test_per_usd else None
                 row["caveat"] = busy_caveat(base, test)
+                row |= _energy_pair(base, test)
                 rows.append(row)
     return pd.DataFrame(rows, columns=CROSS_COLUMNS)

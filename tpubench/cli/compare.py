@@ -168,6 +168,7 @@ def cross_table(cross: pd.DataFrame) -> Table:
         "tokens/$ base",
         "tokens/$ cand",
         "cost ratio",
+        "mJ/token",
         "caveat",
     ):
         table.add_column(header, justify="left" if header.startswith(("config", "baseline ->", "caveat")) else "right")
@@ -183,9 +184,18 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
+            _energy(row),
             row.get("caveat") or "",
         )
     return table
+
+
+def _energy(row: dict[str, Any]) -> str:
+    """Measured energy per token, baseline -> candidate, in mJ; "-" unless both sides measured it."""
+    base, test = row.get("base_joules_per_token"), row.get("test_joules_per_token")
+    if base is None or test is None or pd.isna(base) or pd.isna(test):
+        return "-"
+    return f"{base * 1e3:.3g} -> {test * 1e3:.3g}"
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
