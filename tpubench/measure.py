@@ -242,7 +242,12 @@ def run_protocol(
     reading = None
     if energy is not None:
         added = 0
-        while not energy.long_enough():
+
+        def short() -> bool:  # every rank adds the same steps, or a collective waits forever
+            needed = not energy.long_enough()
+            return agree(needed) if agree is not None else needed
+
+        while short():
             output = step()
             backend.after_step()
             backend.synchronize()
