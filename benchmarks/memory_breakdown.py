@@ -59,7 +59,7 @@ def measure(name: str, args: str, results: Path, steps: int, profile: bool) -> N
     for part, (_, label) in analysis.PARTS.items():
         print(f"  {label:<26} {mib(parts[part])} MiB")
     total = counted + (parts["activations"] or 0)
-    print(f"  sum of the parts       {mib(total)} MiB   (counted parts alone {mib(counted)})")
+    print(f"  sum of the parts       {mib(total)} MiB   (counted parts alone {mib(counted)}; activations are the rest)")
     print(f"  admitting estimate     {mib(row['estimated_mem_bytes'])} MiB")
     if profile:
         memory = store.load_memory(results, run_id=row["run_id"])
@@ -68,6 +68,10 @@ def measure(name: str, args: str, results: Path, steps: int, profile: bool) -> N
         print("  profiled step, most held per category (MiB): "
               + ", ".join(f"{c} {v / 2**20:.1f}" for c, v in peaks.items()))  # fmt: skip
         print("  profiler / counted: " + ", ".join(f"{r.part} {r.ratio:.4f}" for r in agreement.itertuples()))
+        wide = analysis.timeline(memory)
+        total = wide.drop(columns="t_ms").sum(axis=1)
+        print(f"  profiled step's peak, all categories {mib(float(total.max()))} MiB (tensors alive at once; "
+              f"the peak above baseline also holds the allocator's and libraries' pages)")  # fmt: skip
 
 
 def main() -> None:

@@ -165,20 +165,24 @@ def rapl_zones(root: str = RAPL_ROOT) -> list[RaplZone]:
     return zones
 
 
-def meter_for(backend: str, device_index: int | None = None, rapl_root: str = RAPL_ROOT) -> tuple[Meter | None, str]:
-    """The meter of a ``backend``'s run, and why there is none when there is none.
+def meter_for(
+    device_type: str, device_index: int | None = None, rapl_root: str = RAPL_ROOT
+) -> tuple[Meter | None, str]:
+    """The meter of a run on a ``device_type`` device (``cuda``, ``cpu``: the eager and the
+    compiled backends alike), and why there is none where one should be.
 
     ``cuda``: NVML (needs the ``[gpu]`` extra); ``cpu``: RAPL where readable; anything else
-    (xla, TorchTPU, a TPU): none, as no TPU energy source is public.
+    (``xla``, even on PJRT CPU, whose runs measure the XLA path; ``tpu``): none, as no TPU
+    energy source is public.
     """
-    if backend == "cuda":
+    if device_type == "cuda":
         try:
             return NvmlMeter(device_index or 0), ""
         except ImportError:
             return None, "energy not measured: nvidia-ml-py is not installed (pip install 'tpubench[gpu]')"
         except Exception as error:  # NVMLError: no driver, a pre-Volta GPU, no permission
             return None, f"energy not measured: NVML's energy counter is not readable ({type(error).__name__}: {error})"
-    if backend == "cpu":
+    if device_type == "cpu":
         zones = rapl_zones(rapl_root)
         return (RaplMeter(zones), "") if zones else (None, "")
     return None, ""

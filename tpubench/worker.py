@@ -133,7 +133,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     backend.reset_peak_memory()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        window = energy_window(spec, backend)
+        window = energy_window(backend)
         model = backend.prepare(instance.model)
         timings: list[GenerationTiming] = []
         if spec.mode in GENERATION_MODES:
@@ -156,7 +156,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         peak = backend.peak_memory_bytes()
         row |= backend_columns(extra, peak)
         row |= memory.breakdown(counter.finish(), peak, row.get("baseline_mem_bytes"), sharded)
-        if spec.backend == "tpu":  # unverified without a chip: kept as text beside the peak
+        if backend.device().type == "tpu":  # TorchTPU; unverified without a chip: kept as text beside the peak
             row["backend_metrics"] = with_metric(
                 row["backend_metrics"], "tpu_hbm_usage_summary", memory.tpu_hbm_summary()
             )
@@ -190,13 +190,14 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     }
 
 
-def energy_window(spec: RunSpec, backend: Backend) -> energy.Window | None:
+def energy_window(backend: Backend) -> energy.Window | None:
     """The energy counter's window over the measured steps (:mod:`tpubench.energy`), or None
     where no counter is readable; a counter that should be there and is not is a note."""
-    index = backend.device().index
-    if spec.backend == "cuda" and index is None:
+    device = backend.device()
+    index = device.index
+    if device.type == "cuda" and index is None:
         index = torch.cuda.current_device()
-    meter, why_not = energy.meter_for(spec.backend, index)
+    meter, why_not = energy.meter_for(device.type, index)
     if why_not:
         warnings.warn(why_not, TpubenchWarning, stacklevel=2)
     return energy.Window(meter) if meter else None
