@@ -100,6 +100,21 @@ def test_xla_counts_the_same_parts_on_the_device(user: Path, xla_python: str) ->
     assert row["memory_breakdown_source"] == "counted" and row["energy_source"] == "none"
 
 
+@pytest.mark.nightly
+def test_xla_spmd_counts_each_devices_shard_and_leaves_only_activations_unknown(user: Path, xla_python: str) -> None:
+    """torch_xla gives no per-device memory under SPMD: the parts are the shards' sizes. fsdp
+    splits dim 0 where the degree divides it (64 rows) and replicates the rest (11 rows)."""
+    found = cli(f"run --model mlp.py:make_model --inputs mlp.py:make_inputs --backend xla --python xla={xla_python} "
+                f"{QUICK} --devices 2 --parallel fsdp --results r", user)  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    row, _ = one_run(user / "r")
+    per_device = 4 * (32 * 16 + 32 + 11 * 64 + 11)
+    assert (row["mem_weights_bytes"], row["mem_grads_bytes"]) == (per_device, per_device)
+    assert row["mem_optimizer_bytes"] == 2 * per_device
+    assert row["memory_breakdown_source"] == "counted_shards"
+    assert pd.isna(row["mem_activations_bytes"]) and pd.isna(row["peak_mem_bytes"])
+
+
 def test_fsdp_over_two_gloo_ranks_holds_half_on_each(user: Path) -> None:
     found = cli(f"run --model mlp.py:make_model --inputs mlp.py:make_inputs --backend cpu {QUICK} "
                 "--devices 2 --parallel fsdp --results r", user, {"GLOO_SOCKET_IFNAME": "lo"})  # fmt: skip
