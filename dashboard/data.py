@@ -76,6 +76,8 @@ TREND_METRICS = {
     "first_step_s": "first step (s)",
     "compile_s": "compile time (s)",
     "peak_mem_bytes": "peak memory (bytes)",
+    "mem_activations_bytes": "activations + temporaries (bytes)",
+    "joules_per_token": "energy per token (J, measured)",
 }
 SERVING_COLUMNS = (
     *INDEX_COLUMNS,

@@ -23,7 +23,7 @@ import pytest
 from helpers import ROOT
 
 from tpubench import energy, store
-from tpubench.analysis import compare
+from tpubench.analysis import changepoints, compare
 from tpubench.analysis import memory as analysis
 
 MLP = """
@@ -191,6 +191,7 @@ def test_compare_takes_the_memory_parts_and_energy_per_token_as_metrics() -> Non
         "joules_per_token",
     ):
         assert column in names.values()
+        assert column in changepoints.LOWER_IS_BETTER  # regressions --metric: a rise is the regression
 
 
 def test_a_store_from_before_the_breakdown_loads_with_its_columns_null(tmp_path: Path) -> None:
