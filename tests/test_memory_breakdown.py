@@ -261,3 +261,20 @@ def test_the_dashboard_stacks_each_runs_parts_and_draws_the_profiled_step(tmp_pa
         row["field"]: row["value"] for df in (e.value for e in details.dataframe) for row in df.to_dict("records")
     }
     assert measured["mem_optimizer_bytes"] == "8.0 MiB" and measured["energy_source"] == "none"
+
+
+def test_energy_per_token_stands_beside_price_only_when_both_sides_measured_it() -> None:
+    from test_compare import runs_frame
+
+    from tpubench.analysis import prices
+
+    gpu = runs_frame([{"run_id": "g", "backend": "cuda", "device": "NVIDIA H100 80GB HBM3", "median_step_ms": 10.0,
+                       "tokens_per_s": 1e3, "energy_source": "nvml_counter", "joules_per_token": 0.002}])  # fmt: skip
+    cpu = runs_frame([{"run_id": "c", "backend": "cpu", "median_step_ms": 20.0, "tokens_per_s": 500.0,
+                       "energy_source": "rapl", "joules_per_token": 0.01}])  # fmt: skip
+    tpu = runs_frame([{"run_id": "t", "backend": "xla", "device": "TPU v5 lite", "median_step_ms": 20.0,
+                       "tokens_per_s": 500.0, "energy_source": "none"}])  # fmt: skip
+    both = compare.cross_backend(gpu, cpu, prices.PRICES).iloc[0]
+    assert (both["base_joules_per_token"], both["test_joules_per_token"]) == (0.002, 0.01)
+    one = compare.cross_backend(gpu, tpu, prices.PRICES).iloc[0]
+    assert pd.isna(one["base_joules_per_token"]) and pd.isna(one["test_joules_per_token"])

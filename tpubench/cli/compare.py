@@ -157,6 +157,8 @@ def comparison_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, i
 
 def cross_table(cross: pd.DataFrame) -> Table:
     table = Table(title="across backends (speedup = baseline step / candidate step)")
+    energy = [_energy(row) for row in cross.to_dict("records")]
+    measured = any(text != "-" for text in energy)  # the column only where some pair measured energy
     for header in (
         "configuration",
         "baseline -> candidate",
@@ -168,11 +170,11 @@ def cross_table(cross: pd.DataFrame) -> Table:
         "tokens/$ base",
         "tokens/$ cand",
         "cost ratio",
-        "mJ/token",
+        *(["mJ/token"] if measured else []),
         "caveat",
     ):
         table.add_column(header, justify="left" if header.startswith(("config", "baseline ->", "caveat")) else "right")
-    for row in cross.to_dict("records"):
+    for row, joules in zip(cross.to_dict("records"), energy, strict=True):
         table.add_row(
             _config(row),
             f"{row['base_backend']} ({row['base_device']}) -> {row['test_backend']} ({row['test_device']})",
@@ -184,7 +186,7 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
-            _energy(row),
+            *([joules] if measured else []),
             row.get("caveat") or "",
         )
     return table
