@@ -15,6 +15,12 @@ when ``--xla-python`` names a torch_xla interpreter) runs twice with one
 ``--compile-cache``; the second run's ``compiles`` rows must all say ``disk_hit``, which it
 prints per run as ``cache states: {...}`` and exports as ``compiles.parquet``.
 
+Then the memory and energy check (``--only-memory-energy-check`` runs it alone, well under a
+minute): gpt2 124m train on cuda with ``--profile-memory``, printing the counted parts, the
+activations the peak leaves, torch.profiler's categories against the counted parts, and the
+NVML energy columns (``energy_source`` must be ``nvml_counter``; it needs nvidia-ml-py, the
+``[gpu]`` extra, in the device image: without it the row says ``none`` and why).
+
 ``--export`` writes the store's two tables as flat ``runs.parquet`` and ``steps.parquet``,
 and the traces gzipped, into a folder: the device tool returns no folder whose name has
 an ``=``, which the store's date partitions have. On the H200 the whole plan took about
@@ -64,6 +70,7 @@ def export(results: Path, out: Path) -> None:
     store.load_runs(results).to_parquet(out / "runs.parquet")
     store.load_steps(results).to_parquet(out / "steps.parquet")
     store.load_compiles(results).to_parquet(out / "compiles.parquet")
+    store.load_memory(results).to_parquet(out / "memory.parquet")
     for trace in (results / "traces").glob("*/trace.json"):
         with open(trace, "rb") as source, gzip.open(out / f"trace-{trace.parent.name}.json.gz", "wb") as target:
             shutil.copyfileobj(source, target)
@@ -104,6 +111,32 @@ def cache_check(results: Path, xla_python: str | None) -> None:
                 )
 
 
+def memory_energy_check(results: Path, steps: int) -> None:
+    """gpt2 124m train on cuda with --profile-memory: the breakdown, the profiler's agreement
+    with the counted parts, and NVML's energy columns, printed for the reader to judge."""
+    from tpubench import store
+    from tpubench.analysis import memory
+    from tpubench.runner import SuiteRunner, plan
+
+    runner = SuiteRunner(results, tags={"check": "memory-energy"})
+    specs = plan(
+        ["gpt2"], sizes=["124m"], backends=["cuda"], modes=["train"], dtype="bfloat16", warmup=3, steps=steps,
+        timeout_s=240, profile_memory=True,
+    )  # fmt: skip
+    for row in runner.run(specs):
+        if row["status"] != "ok":
+            print(f"memory/energy check: {row['status']}: {row.get('error')}", flush=True)
+            continue
+        parts = {part: row.get(column) for part, (column, _) in memory.PARTS.items()}
+        print(f"memory check: peak {row['peak_mem_bytes']}, parts {parts}, source {row['memory_breakdown_source']}")
+        rows = store.load_memory(results, run_id=row["run_id"])
+        agreement = memory.profiler_agreement(row, rows)
+        print(f"memory check: profiler / counted {agreement.to_dict('records')}", flush=True)
+        energy = {key: row.get(key) for key in ("energy_source", "energy_j", "joules_per_token", "avg_power_w",
+                                                "energy_window_s", "energy_steps")}  # fmt: skip
+        print(f"energy check: {energy}; notes: {row.get('warnings')}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, required=True)
@@ -111,6 +144,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop starting new runs after this")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--only-cache-check", action="store_true", help="run only the persistent-cache check")
+    parser.add_argument("--only-memory-energy-check", action="store_true", help="run only the memory/energy check")
     parser.add_argument("--xla-python", help="a torch_xla interpreter: adds xla (PJRT_DEVICE=CUDA) to the cache check")
     args = parser.parse_args()
 
@@ -118,6 +152,11 @@ def main() -> None:
 
     started = time.monotonic()
     runner = SuiteRunner(args.results, tags={"check": "gpu"})
+    if args.only_memory_energy_check:
+        memory_energy_check(args.results, args.steps)
+        if args.export:
+            export(args.results, args.export)
+        return
     for workload, size, backend, modes in [] if args.only_cache_check else PLAN:
         if time.monotonic() - started > args.budget_s:
             print(f"budget spent; not starting {workload}/{size} on {backend}", flush=True)
@@ -144,6 +183,8 @@ def main() -> None:
             print(f"{workload}/{size} {backend} {row['mode']}: {row['status']}: {figures}", flush=True)
     if time.monotonic() - started < args.budget_s or args.only_cache_check:
         cache_check(args.results, args.xla_python)
+    if time.monotonic() - started < args.budget_s and not args.only_cache_check:
+        memory_energy_check(args.results, args.steps)
     if args.export and args.results.is_dir():  # nothing ran: nothing to export
         export(args.results, args.export)
 

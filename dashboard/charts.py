@@ -536,3 +536,58 @@ def scaling_chart(report: pd.DataFrame, y: str, label: str, title: str) -> go.Fi
     if y == "efficiency":
         figure.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ideal")
     return _layout(figure, height=380)
+
+
+#: the memory breakdown's parts (tpubench.analysis.memory.PARTS' labels), bottom to top
+PART_COLOURS = {
+    "weights": "#1565c0",
+    "gradients": "#ef6c00",
+    "optimizer state": "#6a1b9a",
+    "activations + temporaries": "#9e9e9e",
+}
+
+
+def memory_bars(stacked: pd.DataFrame, title: str = "Memory by part (GiB per device)") -> go.Figure:
+    """One stacked bar per run (``tpubench.analysis.memory.stacked``): the counted parts and the
+    activations the measured peak leaves, with the admitting estimate as a marker beside it, so
+    backends and plans compare at a glance."""
+    frame = stacked.assign(gib=stacked["bytes"] / 2**30)
+    figure = px.bar(
+        frame,
+        x="label",
+        y="gib",
+        color="part",
+        color_discrete_map=PART_COLOURS,
+        category_orders={"part": list(PART_COLOURS)},
+        labels={"label": "run", "gib": "GiB", "part": "part"},
+        title=title,
+    )
+    estimates = frame.drop_duplicates("run_id")
+    figure.add_trace(
+        go.Scatter(
+            x=estimates["label"],
+            y=estimates["estimated_mem_bytes"] / 2**30,
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 28, "color": "#c62828", "line": {"width": 3}},
+            name="estimate (admission)",
+        )
+    )
+    return _layout(figure, height=440, barmode="stack")
+
+
+def memory_timeline(wide: pd.DataFrame) -> go.Figure:
+    """One profiled step's memory by torch.profiler category (``tpubench.analysis.memory.timeline``)."""
+    categories = [c for c in wide.columns if c != "t_ms"]
+    long = wide.melt(id_vars="t_ms", value_vars=categories, var_name="category", value_name="bytes")
+    long["MiB"] = long["bytes"] / 2**20
+    figure = px.area(
+        long,
+        x="t_ms",
+        y="MiB",
+        color="category",
+        line_shape="hv",
+        category_orders={"category": categories},
+        labels={"t_ms": "time in the step (ms)"},
+        title="One profiled step by category (MiB)",
+    )
+    return _layout(figure, height=400)

@@ -67,6 +67,8 @@ TREND_METRICS = {
     "first_step_s": "first step (s)",
     "compile_s": "compile time (s)",
     "peak_mem_bytes": "peak memory (bytes)",
+    "mem_activations_bytes": "activations + temporaries (bytes)",
+    "joules_per_token": "energy per token (J, measured)",
 }
 SERVING_COLUMNS = (
     *INDEX_COLUMNS,
@@ -410,3 +412,10 @@ def roofline_ceilings(results: str) -> pd.DataFrame:
     """The store's measured ceilings as the Ops page's roofline reads them
     (:func:`tpubench.analysis.ceilings.roofline_frame`)."""
     return ceilings_analysis.roofline_frame(ceilings(results).frame)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def memory(results: str, invocation: str, run_id: str) -> Loaded:
+    """One run's rows of the memory table (its breakdown per rank, its profiled timeline);
+    empty for a store from before the table."""
+    return _scan(results, "memory", invocation_id=invocation, run_id=run_id)

@@ -18,6 +18,7 @@ import torch
 from tpubench.backends import Backend
 from tpubench.compiles import Capture
 from tpubench.compiles.dynamo import describe_stance_error
+from tpubench.energy import Reading, Window
 from tpubench.hostload import HostLoad, HostLoadMeter
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
@@ -53,6 +54,7 @@ class Measurement:
     warmup_settled: bool
     records: list[StepRecord] = field(default_factory=list)
     host_load: HostLoad | None = None  # what else the host did during the measured steps
+    energy: Reading | None = None  # the energy counter's delta over the measured steps (and any added)
 
     @property
     def measured_ms(self) -> list[float]:
@@ -171,11 +173,14 @@ def run_protocol(
     on_phase: PhaseCallback = lambda phase, i, n: None,
     capture: Capture | None = None,
     agree: Callable[[bool], bool] | None = None,
+    energy: Window | None = None,
 ) -> Measurement:
     """Time ``step`` per the protocol in this module's docstring and return every sample.
 
     ``capture`` (:mod:`tpubench.compiles`) is told of each step before and after its timed
-    region, so its bookkeeping is never part of a step's time. With
+    region, so its bookkeeping is never part of a step's time. ``energy`` (:mod:`tpubench.energy`)
+    is opened before the first measured step and closed after the last, with more steps of the
+    same kind (untimed) while the window is shorter than its counter needs. With
     ``spec.fail_on_recompile`` a compile during a measured step raises :class:`RecompileError`.
     """
     timer = backend.timer()
@@ -219,6 +224,8 @@ def run_protocol(
         capture.after_warmup(spec.fail_on_recompile)
 
     meter = HostLoadMeter()
+    if energy is not None:  # the device is idle: the last warm-up step's timer drained it
+        energy.open()
     for i in range(spec.steps):
         on_phase("measure", i, spec.steps)
         try:
@@ -232,6 +239,22 @@ def run_protocol(
             raise RecompileError(recompile_message(warm + 1 + i, capture))
         previous = count
     host_load = meter.stop()
+    reading = None
+    if energy is not None:
+        added = 0
+
+        def short() -> bool:  # every rank adds the same steps, or a collective waits forever
+            needed = not energy.long_enough()
+            return agree(needed) if agree is not None else needed
+
+        while short():
+            output = step()
+            backend.after_step()
+            backend.synchronize()
+            del output
+            backend.step_finished()
+            added += 1
+        reading = energy.close(spec.steps + added)
 
     final_count = backend.compile_count()
     recompiles = None if settled_count is None or final_count is None else final_count - settled_count
@@ -245,6 +268,7 @@ def run_protocol(
         warmup_settled=not changed,
         records=records,
         host_load=host_load,
+        energy=reading,
     )
 
 

@@ -376,14 +376,15 @@ FACT_COLUMNS = (
 
 def row_for(
     spec: RunSpec, invocation_id: str, tags: dict[str, str], fact: dict[str, Any], result: dict[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The run's row and its rows of the steps, ops and compiles tables, from the spec,
-    where it ran and its result."""
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's row and its rows of the steps, ops, compiles and memory tables, from the
+    spec, where it ran and its result."""
     result = dict(result)
     ids = {"run_id": spec.run_id, "invocation_id": invocation_id}
     steps = [{**ids, **step} for step in result.pop("steps", [])]
     ops = [{**ids, **op} for op in result.pop("ops", [])]
     compiles = [{**ids, **event} for event in result.pop("compiles", [])]
+    memory = [{**ids, **part} for part in result.pop("memory", [])]
     row = {
         **ids,
         "suite": spec.suite,
@@ -412,7 +413,7 @@ def row_for(
         "tags": json.dumps(tags, sort_keys=True),
         **result,
     }
-    return row, steps, ops, compiles
+    return row, steps, ops, compiles, memory
 
 
 def facts_for(probe_result: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -485,9 +486,10 @@ class SuiteRunner:
         steps: list[dict[str, Any]],
         ops: list[dict[str, Any]],
         compiles: Sequence[dict[str, Any]] = (),
+        memory: Sequence[dict[str, Any]] = (),
     ) -> None:
         """Add a finished run to this invocation's files (rewritten at once)."""
-        self.open_store().add(row, steps, ops, compiles)
+        self.open_store().add(row, steps, ops, compiles, memory)
 
     def run(self, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
         """Run ``specs`` in order and return their rows (also written to the store).
@@ -508,8 +510,8 @@ class SuiteRunner:
             try:
                 availability = probes[spec.backend]["backends"][spec.backend]
                 result = executor.run(spec, availability, lambda event, spec=spec: self.observer.on_event(spec, event))
-                row, steps, ops, compiles = row_for(spec, self.invocation_id, self.tags, fact, result)
-                self.write(row, steps, ops, compiles)
+                row, *tables = row_for(spec, self.invocation_id, self.tags, fact, result)
+                self.write(row, *tables)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
                 self.interrupted = True
                 break

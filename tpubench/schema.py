@@ -99,6 +99,18 @@ RUNS = pa.schema(
         ("peak_mem_bytes_min", _int),
         ("estimated_mem_bytes", _int),
         ("baseline_mem_bytes", _int),
+        ("mem_weights_bytes", _int),
+        ("mem_grads_bytes", _int),
+        ("mem_optimizer_bytes", _int),
+        ("mem_activations_bytes", _int),
+        ("memory_breakdown_source", _string),
+        ("energy_source", _string),
+        ("energy_j", _float),
+        ("joules_per_token", _float),
+        ("joules_per_sample", _float),
+        ("avg_power_w", _float),
+        ("energy_window_s", _float),
+        ("energy_steps", _int),
         ("param_count", _int),
         ("trainable_param_count", _int),
         ("active_param_count", _int),
@@ -288,4 +300,28 @@ CEILINGS = pa.schema(
     ]
 )
 
-TABLES = {"runs": RUNS, "steps": STEPS, "ops": OPS, "compiles": COMPILES, "ceilings": CEILINGS}
+#: a run's memory per rank (docs/schema.md): its breakdown (kind ``breakdown``: weights,
+#: gradients, optimizer, activations, peak, baseline) and, with --profile-memory, one step's
+#: bytes per torch.profiler category over time (kind ``timeline``)
+MEMORY = pa.schema(
+    [
+        ("run_id", _string),
+        ("invocation_id", _string),
+        ("schema_version", pa.int32()),
+        ("rank", _int),
+        ("kind", _string),
+        ("category", _string),
+        ("t_us", _float),
+        ("bytes", _int),
+        ("source", _string),
+    ]
+)
+
+TABLES = {
+    "runs": RUNS,
+    "steps": STEPS,
+    "ops": OPS,
+    "compiles": COMPILES,
+    "memory": MEMORY,
+    "ceilings": CEILINGS,
+}

@@ -76,6 +76,7 @@ class RunSpec:
     timeout_s: float = 600.0
     max_warmup: int = 50  # warm-up gives up waiting for the compile count to settle after this
     profile_steps: int = 0  # extra traced steps after the measured ones (0: no trace)
+    profile_memory: bool = False  # one more step under torch.profiler's memory profile (cpu, cuda)
     trace_dir: str | None = None  # where the trace goes: <results>/traces/<run_id>
     compile_cache: str | None = None  # persistent compilation cache directory
     tpu_eager_mode: str | None = None  # TorchTPU eager mode (tpu backends only)

@@ -6,6 +6,7 @@ Layout, one file per suite invocation per table::
     results/steps/date=YYYY-MM-DD/<invocation_id>.parquet
     results/ops/date=YYYY-MM-DD/<invocation_id>.parquet
     results/compiles/date=YYYY-MM-DD/<invocation_id>.parquet
+    results/memory/date=YYYY-MM-DD/<invocation_id>.parquet
 
 An invocation rewrites its own files after every run (temp file, then rename; the ops
 and compiles files once a run has given them rows), so a
@@ -43,7 +44,7 @@ from tpubench.schema import SCHEMA_VERSION, TABLES
 
 #: tables whose file an invocation writes only once it has rows: most runs profile nothing,
 #: and eager runs compile nothing
-WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles", "ceilings"})
+WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles", "memory", "ceilings"})
 
 
 class StoreError(Exception):
@@ -160,8 +161,9 @@ class InvocationWriter:
         steps: Iterable[dict[str, Any]] = (),
         ops: Iterable[dict[str, Any]] = (),
         compiles: Iterable[dict[str, Any]] = (),
+        memory: Iterable[dict[str, Any]] = (),
     ) -> None:
-        self.add_rows({"runs": [run], "steps": steps, "ops": ops, "compiles": compiles})
+        self.add_rows({"runs": [run], "steps": steps, "ops": ops, "compiles": compiles, "memory": memory})
 
     def add_rows(self, tables: dict[str, Iterable[dict[str, Any]]]) -> None:
         """Add rows to any of this invocation's tables (a ceilings sweep's: ``ceilings``) and
@@ -379,6 +381,12 @@ def load_ceilings(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd
     """One row per point of a ceilings sweep (docs/ceilings.md); e.g.
     ``load_ceilings("results", kind="matmul")``. Stores from before the table load empty."""
     return load_table(results_dir, "ceilings", **filters)
+
+
+def load_memory(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """A run's memory breakdown per rank and, with --profile-memory, its timeline by category
+    (docs/schema.md); e.g. ``load_memory("results", run_id=run_id)``. Older stores load empty."""
+    return load_table(results_dir, "memory", **filters)
 
 
 def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:

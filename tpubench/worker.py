@@ -29,7 +29,7 @@ import numpy as np
 import psutil
 import torch
 
-from tpubench import ceilings, compiles, parallel, peaks, verify
+from tpubench import ceilings, compiles, energy, memory, parallel, peaks, verify
 from tpubench.backends import Backend, get_backend
 from tpubench.ceilings import sweep
 from tpubench.hostload import busy_warning
@@ -130,9 +130,12 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     dtype = getattr(torch, spec.dtype)
     instance = build(workload, spec.size, device=backend.device(), dtype=dtype, shape=shape_of(spec))
     instance = apply_plan(spec, backend, instance)
+    sharded = spec.devices > 1 and parallel.family(spec.backend) in parallel.SPMD_FAMILIES
+    counter = memory.PartsCounter(instance.model, backend.device().type, sharded)
     backend.reset_peak_memory()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        window = energy_window(backend)
         model = backend.prepare(instance.model)
         timings: list[GenerationTiming] = []
         if spec.mode in GENERATION_MODES:
@@ -146,16 +149,29 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
             lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n),
             capture,
             agreement(spec),
+            window,
         )
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
         extra = backend.extra_metrics()  # read before profiling, so that traced steps count in no figure
         row |= timing_columns(measured)
-        row |= backend_columns(extra, backend.peak_memory_bytes())
+        peak = backend.peak_memory_bytes()
+        row |= backend_columns(extra, peak)
+        row |= memory.breakdown(counter.finish(), peak, row.get("baseline_mem_bytes"), sharded)
+        if backend.device().type == "tpu":  # TorchTPU; unverified without a chip: kept as text beside the peak
+            row["backend_metrics"] = with_metric(
+                row["backend_metrics"], "tpu_hbm_usage_summary", memory.tpu_hbm_summary()
+            )
         precision = extra.get("float32_matmul_precision", "highest")
         row |= throughput_columns(spec, workload, config, device, row["median_step_ms"], precision, identity)
         row |= serving_columns(workload, config, spec, device, timings[-spec.steps :])
         row |= per_device_columns(row, spec.devices)
+        row |= energy.columns(measured.energy, tokens_per_step(spec), spec.batch_size)
+    if spec.profile_memory:  # after every figure is read: the profiler's own memory is in none
+        channel.send("phase", phase="profile memory", step=0, of=1)
+        row["memory"] += memory.profile_timeline(
+            step, backend.device(), backend.profiler_activities(), backend.synchronize
+        )
     trace_path = None
     if spec.profile_steps and spec.trace_dir:
         channel.send("phase", phase="profile", step=0, of=spec.profile_steps)
@@ -174,6 +190,34 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         "warnings": run_notes(caught, measured, capture.notes if capture else []),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
+
+
+def energy_window(backend: Backend) -> energy.Window | None:
+    """The energy counter's window over the measured steps (:mod:`tpubench.energy`), or None
+    where no counter is readable; a counter that should be there and is not is a note."""
+    device = backend.device()
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    meter, why_not = energy.meter_for(device.type, index)
+    if why_not:
+        warnings.warn(why_not, TpubenchWarning, stacklevel=2)
+    return energy.Window(meter) if meter else None
+
+
+def tokens_per_step(spec: RunSpec) -> int | None:
+    """Tokens one measured step processes: the prompt's for train, infer and prefill, the
+    generated ones for decode; None for a workload without a sequence."""
+    if spec.seq_len is None:
+        return None
+    return spec.batch_size * (spec.gen_len if spec.mode == "decode" else spec.seq_len)
+
+
+def with_metric(metrics: str, key: str, value: Any) -> str:
+    """``backend_metrics`` (JSON) with ``key`` added, unless ``value`` is None."""
+    if value is None:
+        return metrics
+    return json.dumps({**json.loads(metrics), key: value}, sort_keys=True)
 
 
 def apply_plan(spec: RunSpec, backend: Backend, instance: Instance) -> Instance:

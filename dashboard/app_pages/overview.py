@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from reports import summary_table
+from tpubench.analysis import memory as memory_analysis
 from tpubench.analysis.identity import config_labels
 from tpubench.hostload import BUSY_SHARE, is_busy
 
@@ -111,6 +112,16 @@ def main() -> None:
     ui.table(matrix(summary, value).style.map(_style), hide_index=False, height="content")
     if summary["median_step_ms"].notna().any():
         st.plotly_chart(charts.step_bars(summary), key="overview-steps")
+    ok = runs[runs["status"] == "ok"]
+    parts = memory_analysis.stacked(ok, data.series_label(ok) + " · " + ok["run_id"].str[:6]) if len(ok) else None
+    if parts is not None and not parts.empty:
+        st.subheader("Memory by part per run")
+        st.caption(
+            "Per device: weights, gradients and optimizer state counted from the torch objects, activations + "
+            "temporaries the measured peak above the baseline less them (empty where no device peak exists, e.g. "
+            "XLA under SPMD); the red marker is the estimate that admitted the run."
+        )
+        st.plotly_chart(charts.memory_bars(parts), key="overview-memory")
     busy = runs[runs["host_other_cpu_share"].map(is_busy)]
     if not busy.empty:
         st.subheader(f"Runs measured on a busy host ({len(busy)})")

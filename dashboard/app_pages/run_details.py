@@ -11,6 +11,7 @@ import streamlit as st
 
 from dashboard import catalog, charts, data, ui
 from tpubench.analysis import compiles as analysis
+from tpubench.analysis import memory as memory_analysis
 from tpubench.analysis.steps import job_steps
 
 CONFIG = (
@@ -28,6 +29,9 @@ RESULTS = (
     "param_count", "active_param_count", "worker_wall_s", "device_wait_s", "host_load_1m", "host_other_cpu_share",
     "tokens_per_s_per_device", "samples_per_s_per_device", "collective_ms", "collective_share",
     "exposed_collective_ms", "exposed_collective_share", "rank_skew_pct", "peak_mem_bytes_min",
+    "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
+    "memory_breakdown_source", "energy_source", "energy_j", "joules_per_token", "joules_per_sample", "avg_power_w",
+    "energy_window_s", "energy_steps",
 )  # fmt: skip
 ENVIRONMENT = (
     "host", "ray_node_id", "cpu_model", "device_count", "python_executable", "python_version", "torch_version",
@@ -99,6 +103,35 @@ def compile_events(results: str, invocation: str, run: pd.Series) -> None:
     ui.table(events[list(EVENT_COLUMNS)].astype({"step": "Int64", "count": "Int64"}))
 
 
+def memory_section(results: str, invocation: str, run: pd.Series) -> None:
+    """The run's memory by part (per rank) beside its admitting estimate, and with
+    --profile-memory its profiled step by category (``tpubench memory RUN_ID``'s figures)."""
+    if pd.isna(run.get("memory_breakdown_source")):
+        return
+    loaded = data.memory(results, invocation, run["run_id"])
+    ui.warn_skipped(loaded.skipped)
+    st.markdown("**Memory by part**")
+    ranks = memory_analysis.per_rank(loaded.frame)
+    if ranks.empty:  # the row's own columns
+        bars = memory_analysis.stacked(pd.DataFrame([run]), pd.Series(["this run"], index=[run.name]))
+    else:
+        rows = ranks.assign(
+            run_id=run["run_id"] + "-" + ranks["rank"].astype(str),
+            **{column: ranks[part] for part, (column, _) in memory_analysis.PARTS.items()},
+            estimated_mem_bytes=run["estimated_mem_bytes"],
+        )
+        bars = memory_analysis.stacked(rows, "rank " + ranks["rank"].astype(str))
+    st.plotly_chart(charts.memory_bars(bars, "Memory by part (GiB), estimate marked"), key="run-memory")
+    st.caption(
+        f"Source: {run['memory_breakdown_source']}. Weights, gradients and optimizer state are counted from the "
+        "torch objects; activations + temporaries are the measured peak above the baseline less them. The marker "
+        "is the estimate that admitted the run (docs/memory-and-energy.md)."
+    )
+    wide = memory_analysis.timeline(loaded.frame)
+    if not wide.empty:
+        st.plotly_chart(charts.memory_timeline(wide), key="run-memory-timeline")
+
+
 def main() -> None:
     view = ui.page_view()
     if view is None:
@@ -152,6 +185,7 @@ def main() -> None:
         ui.table(measured, where=middle, height="content")
     right.markdown("**Environment fingerprint**")
     ui.table(fields(run, ENVIRONMENT), where=right, height="content")
+    memory_section(view.results, invocation, run)
     compile_events(view.results, invocation, run)
     for column, title in (("backend_versions", "Backend versions"), ("env", "Environment variables")):
         if pd.notna(run[column]) and run[column]:

@@ -45,6 +45,7 @@ CROSS = {
     "exposed_collective_share": "exposed collectives %",
     "usd_per_device_hour": "$/device-hour",
     "usd_per_million_tokens": "$/Mtoken",
+    "joules_per_token": "J/token (measured)",
     "simulated": "simulated",
 }
 
@@ -109,7 +110,8 @@ def main() -> None:
         st.subheader("Backends at equal N")
         st.caption(
             "Cost of a million tokens: the device's price per hour (tpubench/analysis/prices.py) over its tokens "
-            "per hour."
+            "per hour. Energy per token: a counter's delta over the measured steps (NVML on CUDA, RAPL on CPU), "
+            "shown only where every backend of the row group measured it; TPUs have no public energy counter."
         )
         ui.table(readable(cross, CROSS).style.format(precision=3, thousands=",", na_rep="-"), links=("run",))
 

@@ -46,6 +46,9 @@ SERIES_KEYS = CONFIG_KEYS
 LOWER_IS_BETTER = (
     *("median_step_ms", "ttft_p50_ms", "tpot_p50_ms", "first_step_s", "compile_s", "peak_mem_bytes"),
     *("recompiles_after_warmup", "compile_count", "first_step_compiles", "graph_breaks"),  # counts: fewer is better
+    # the memory parts (tpubench.memory) and the energy a step or token takes (tpubench.energy)
+    *("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes"),
+    *("energy_j", "joules_per_token", "joules_per_sample", "avg_power_w"),
 )
 
 COLUMNS = [

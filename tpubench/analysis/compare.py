@@ -101,6 +101,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("first_step", "first step", "s", "lower", 0.5, "run", "first_step_s", min_delta=1.0),
     Metric("compile", "compile time", "s", "lower", 0.5, "run", "compile_s", min_delta=1.0),
     Metric("peak_mem", "peak memory", "MiB", "lower", 0.10, "run", "peak_mem_bytes", min_delta=32.0, scale=2**-20),
+    # the peak's parts (tpubench.memory): counted exactly, so a change is the model's or the plan's
+    *(
+        Metric(f"mem_{part}", f"{label} memory", "MiB", "lower", 0.10, "run", column, min_delta=1.0, scale=2**-20)
+        for part, label, column in (
+            ("weights", "weights", "mem_weights_bytes"),
+            ("grads", "gradients", "mem_grads_bytes"),
+            ("optimizer", "optimizer state", "mem_optimizer_bytes"),
+            ("activations", "activations", "mem_activations_bytes"),
+        )
+    ),
+    # a counter's delta per token (tpubench.energy); null on both sides without a counter
+    Metric("energy_per_token", "energy per token", "mJ", "lower", 0.10, "run", "joules_per_token", scale=1e3),
 )
 #: per-run statistics of the samples a sampled metric can compare, as quantiles
 STATISTICS = {"median": 0.5, "p10": 0.1, "min": 0.0}
@@ -382,6 +394,8 @@ def _samples_of(runs: pd.DataFrame, samples: Mapping[str, pd.DataFrame], column:
 
 
 def _run_values(runs: pd.DataFrame, metric: Metric) -> np.ndarray:
+    if metric.column not in runs:  # a frame from before the column existed
+        return np.array([])
     return runs[metric.column].dropna().to_numpy(dtype=float) * metric.scale
 
 
@@ -897,6 +911,8 @@ CROSS_COLUMNS = [
     "base_tokens_per_usd",
     "test_tokens_per_usd",
     "cost_ratio",
+    "base_joules_per_token",
+    "test_joules_per_token",
     "caveat",
 ]
 
@@ -919,13 +935,27 @@ def _median_or_none(values: pd.Series | None) -> float | None:
     return float(values.median()) if values is not None and values.notna().any() else None
 
 
+def _energy_pair(base: pd.DataFrame, test: pd.DataFrame) -> dict[str, float | None]:
+    """Each side's median measured joules per token, both or neither: an estimate never
+    stands in for a side without a counter (energy_source none)."""
+    found = {}
+    for prefix, runs in (("base", base), ("test", test)):
+        if "joules_per_token" not in runs:
+            return {}
+        measured = runs.loc[runs["energy_source"].isin(["nvml_counter", "rapl"]), "joules_per_token"].dropna()
+        found[f"{prefix}_joules_per_token"] = float(measured.median()) if len(measured) else None
+    return found if all(value is not None for value in found.values()) else {}
+
+
 def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, prices: Mapping[str, Any]) -> pd.DataFrame:
     """GPU against TPU (any two backends or devices): per configuration, each side's median step,
     the speedup (baseline step ÷ candidate step), MFU (and ``mfu_attained`` where the runs
     carry it: :func:`tpubench.analysis.ceilings.attach_attained`), tokens/s, the device's price per hour
     (:mod:`tpubench.analysis.prices`) and tokens per dollar; ``cost_ratio`` is the candidate's
     tokens per dollar over the baseline's (above 1: the candidate is cheaper per token).
-    Only ok runs count; repeats are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
+    Beside the price, each side's measured energy per token (a counter's delta,
+    :mod:`tpubench.energy`), only when both sides measured it. Only ok runs count; repeats
+    are pooled by their median. Columns: :data:`CROSS_COLUMNS`.
     """
     from tpubench.analysis.prices import device_kind, device_price
 
@@ -960,5 +990,6 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
                 base_per_usd, test_per_usd = row["base_tokens_per_usd"], row["test_tokens_per_usd"]
                 row["cost_ratio"] = test_per_usd / base_per_usd if base_per_usd and test_per_usd else None
                 row["caveat"] = busy_caveat(base, test)
+                row |= _energy_pair(base, test)
                 rows.append(row)
     return pd.DataFrame(rows, columns=CROSS_COLUMNS)

@@ -77,6 +77,8 @@ DEFAULTS: dict[str, Any] = {
     "model_hash": None,
     "mfu": None,
     "flops_per_step": None,
+    "joules_per_token": None,  # a store from before energy was measured: none
+    "energy_source": None,
     "peak_mem_bytes": None,
     "tokens_per_s": None,
     "samples_per_s": None,
@@ -319,7 +321,10 @@ def cross_backend(report: pd.DataFrame, runs: pd.DataFrame, prices: Mapping[str,
     """The same configurations at equal N across backends: per (configuration without the
     backend, N), each backend's step ms, tokens/s per device, MFU, efficiency, its device's
     price per hour and the cost of a million tokens (``usd_per_million_tokens`` = price per
-    device-hour / (tokens/s per device x 3600) x 10^6; null without a price or tokens)."""
+    device-hour / (tokens/s per device x 3600) x 10^6; null without a price or tokens), and
+    beside it the measured energy of a token (``joules_per_token``, a counter's delta: NVML or
+    RAPL, :mod:`tpubench.energy`) where every backend of the group measured one, so that an
+    energy figure is never set against a side that has none (a TPU has no public counter)."""
     columns = [
         "configuration",
         "devices",
@@ -333,12 +338,16 @@ def cross_backend(report: pd.DataFrame, runs: pd.DataFrame, prices: Mapping[str,
         "exposed_collective_share",
         "usd_per_device_hour",
         "usd_per_million_tokens",
+        "joules_per_token",
+        "energy_source",
         "simulated",
     ]
     ran = report[report["step_ms"].notna()]
     if ran.empty:
         return pd.DataFrame(columns=columns)
-    devices_of = normalised(runs).set_index("run_id")["device"].to_dict()
+    known = normalised(runs).set_index("run_id")
+    devices_of = known["device"].to_dict()
+    energy_of = known[["joules_per_token", "energy_source"]].astype(object).to_dict("index")
     records = []
     for row in ran.to_dict("records"):
         device = devices_of.get(row["run_id"])
@@ -352,8 +361,13 @@ def cross_backend(report: pd.DataFrame, runs: pd.DataFrame, prices: Mapping[str,
                 "device": device,
                 "usd_per_device_hour": price,
                 "usd_per_million_tokens": cost,
+                **energy_of.get(row["run_id"], {}),
             }
         )
     frame = pd.DataFrame(records, columns=columns)
+    measured = frame["joules_per_token"].notna() & frame["energy_source"].isin(["nvml_counter", "rapl"])
+    frame["joules_per_token"] = frame["joules_per_token"].where(measured)
+    both = measured.groupby([frame["configuration"], frame["devices"]]).transform("all")
+    frame["joules_per_token"] = frame["joules_per_token"].where(both)
     shared = frame.groupby(["configuration", "devices"])["backend"].transform("nunique")
     return frame[shared > 1].sort_values(["configuration", "devices", "backend"]).reset_index(drop=True)

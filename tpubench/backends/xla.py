@@ -257,6 +257,19 @@ class XlaBackend(Backend):
             return CpuBackend().memory_capacity_bytes() if _pjrt_device() == "CPU" else None
         return info.get("bytes_limit")
 
+    def memory_in_use_bytes(self) -> int | None:
+        """What the device holds before the model exists, measured as the peak is: the
+        allocator's bytes in use, or on PJRT CPU the worker's resident set. None under SPMD,
+        which has no per-device figure."""
+        import torch_xla.runtime as xr
+
+        if xr.is_spmd():
+            return None
+        info = self._memory_info()
+        if info is None:
+            return CpuBackend().memory_in_use_bytes() if _pjrt_device() == "CPU" else None
+        return info.get("bytes_used")
+
     def peak_memory_bytes(self) -> int | None:
         """The device allocator's peak; on PJRT CPU (no allocator stats) the worker's peak RSS.
         Null under SPMD, with a note: no per-device figure exists, and the worker's RSS on PJRT

@@ -36,6 +36,7 @@ COMMANDS = {
     "dashboard": "dashboard",
     "scaling": "scaling",
     "ceilings": "ceilings",
+    "memory": "memory",
 }
 
 

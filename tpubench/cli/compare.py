@@ -161,6 +161,8 @@ def comparison_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, i
 
 def cross_table(cross: pd.DataFrame) -> Table:
     table = Table(title="across backends (speedup = baseline step / candidate step)")
+    energy = [_energy(row) for row in cross.to_dict("records")]
+    measured = any(text != "-" for text in energy)  # the column only where some pair measured energy
     for header in (
         "configuration",
         "baseline -> candidate",
@@ -174,10 +176,11 @@ def cross_table(cross: pd.DataFrame) -> Table:
         "tokens/$ base",
         "tokens/$ cand",
         "cost ratio",
+        *(["mJ/token"] if measured else []),
         "caveat",
     ):
         table.add_column(header, justify="left" if header.startswith(("config", "baseline ->", "caveat")) else "right")
-    for label, row in zip(config_labels(cross), cross.to_dict("records"), strict=True):
+    for label, row, joules in zip(config_labels(cross), cross.to_dict("records"), energy, strict=True):
         caveat = row.get("caveat")
         table.add_row(
             label,
@@ -192,9 +195,18 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
+            *([joules] if measured else []),
             "" if caveat is None or pd.isna(caveat) else str(caveat),  # NaN where no pair has one
         )
     return table
+
+
+def _energy(row: dict[str, Any]) -> str:
+    """Measured energy per token, baseline -> candidate, in mJ; "-" unless both sides measured it."""
+    base, test = row.get("base_joules_per_token"), row.get("test_joules_per_token")
+    if base is None or test is None or pd.isna(base) or pd.isna(test):
+        return "-"
+    return f"{base * 1e3:.3g} -> {test * 1e3:.3g}"
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ from tpubench.cli.planning import (
     use_workload_modules,
 )
 from tpubench.launchers import ray as ray_launcher
+from tpubench.memory import PROFILE_MEMORY_BACKENDS
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner
 from tpubench.spec import DTYPES, RunSpec
@@ -122,6 +123,10 @@ def run(
     resume: Annotated[bool, typer.Option(help="Skip runs with an ok row and the same fingerprint.")] = False,
     profile: Annotated[bool, typer.Option(help="Trace extra steps after the measured ones.")] = False,
     profile_steps: Annotated[int, typer.Option(min=1, help="Steps traced with --profile.")] = 3,
+    profile_memory: Annotated[
+        bool,
+        typer.Option(help="One more step under torch.profiler's memory profile: memory by category over time."),
+    ] = False,
     compile_cache: Annotated[
         Path | None,
         typer.Option(help="Shared compilation cache (DIR/xla, DIR/inductor); default: a fresh, cold one per run."),
@@ -163,6 +168,8 @@ def run(
     choice = choose_runs(suite, workload, backend, mode, size, dtype, custom)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
+    if profile_memory:
+        profile_memory_backends(choice.backends)
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
     specs = plan_runs(
@@ -174,6 +181,7 @@ def run(
         steps=steps,
         timeout_s=timeout,
         profile_steps=profile_steps if profile else 0,
+        profile_memory=profile_memory,
         compile_cache=str(compile_cache) if compile_cache else None,
         tpu_eager_mode=tpu_eager_mode,
         verify=verify,
@@ -210,6 +218,18 @@ def run(
 
 
 LAUNCHERS = ("local", "ray")
+
+
+def profile_memory_backends(backends: list[str]) -> None:
+    """``--profile-memory`` needs torch.profiler's allocator events, which CPU and CUDA have
+    and XLA and TorchTPU do not: refused before anything runs unless every backend named has
+    them (a run without the timeline it was asked for would pass unnoticed in a matrix)."""
+    cannot = [b for b in backends if b not in PROFILE_MEMORY_BACKENDS] if backends else ["(every available)"]
+    if cannot:
+        raise BadInput(
+            f"--profile-memory works on backends {', '.join(PROFILE_MEMORY_BACKENDS)} only, not "
+            f"{', '.join(cannot)}; name them with --backend (the breakdown columns need no flag on any backend)"
+        )
 
 
 def join_fleet(

@@ -86,7 +86,9 @@ def _config_table(config: str, rows: pd.DataFrame) -> Table:
 
 def _cross_table(cross: pd.DataFrame) -> Table:
     table = Table(title="backends at equal N (cost: price per device-hour / tokens per device-hour)")
-    for header in ("configuration", "N", "backend", "device", "step ms", "tokens/s/device", "MFU", "$/Mtoken"):
+    measured = "joules_per_token" in cross and cross["joules_per_token"].notna().any()  # its column only then
+    headers = ("configuration", "N", "backend", "device", "step ms", "tokens/s/device", "MFU", "$/Mtoken")
+    for header in (*headers, *(["mJ/token"] if measured else [])):
         table.add_column(header, justify="left" if header in ("configuration", "backend", "device") else "right")
     for row in cross.astype(object).where(cross.notna(), None).to_dict("records"):
         table.add_row(
@@ -98,6 +100,7 @@ def _cross_table(cross: pd.DataFrame) -> Table:
             _number(row["tokens_per_s_per_device"], 1),
             _number(row["mfu"], 1, 100, "%"),
             _number(row["usd_per_million_tokens"], 3),
+            *([_number(row.get("joules_per_token"), 3, 1e3)] if measured else []),
         )
     return table
 

@@ -38,7 +38,9 @@ import numpy as np
 from tpubench import worker
 from tpubench.backends import get_backend
 from tpubench.ceilings import CeilingSpec
+from tpubench.energy import NVML
 from tpubench.measure import Measurement, StepRecord
+from tpubench.memory import PART_COLUMNS
 from tpubench.parallel import family, torchtpu_env
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
@@ -326,6 +328,32 @@ def merge(spec: RunSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
         "backend_metrics": json.dumps(metrics, sort_keys=True),
         "warnings": "\n".join(notes) or None,
         "steps": [{**step, "rank": index} for index, r in enumerate(results) for step in r["steps"]],
+        **memory_merge(results),
+        **energy_merge(results),
+    }
+
+
+def memory_merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every rank's memory rows (its breakdown, its timeline), and the breakdown columns of
+    the rank with the highest peak: the device that decides whether the job fits."""
+    columns = (*PART_COLUMNS.values(), "memory_breakdown_source")
+    fullest = max(results, key=lambda r: r.get("peak_mem_bytes") or 0)
+    return {
+        **{column: fullest.get(column) for column in columns},
+        "memory": [{**row, "rank": index} for index, r in enumerate(results) for row in r.get("memory", [])],
+    }
+
+
+def energy_merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's energy: with every rank on its own GPU's NVML counter, the ranks' sum
+    (energy per step and per token, power); otherwise rank 0's (a host's RAPL packages
+    are shared by its ranks, so a sum would count them once per rank)."""
+    if not all(r.get("energy_source") == NVML for r in results):
+        return {}
+    summed = ("energy_j", "joules_per_token", "joules_per_sample", "avg_power_w")
+    return {
+        column: sum(r[column] for r in results) if all(r.get(column) is not None for r in results) else None
+        for column in summed
     }
 
 

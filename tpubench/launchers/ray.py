@@ -405,8 +405,8 @@ class FleetRun:
             spec, result, fact = self.ready.pop(0)
             if fact is None:  # decided in the driver: the driver's own facts describe the row
                 fact = facts_for(self.runner.probe_all([spec.backend])[spec.backend], spec.backend)
-            row, steps, ops, compiles = row_for(spec, self.runner.invocation_id, self.runner.tags, fact, result)
-            self.runner.write(row, steps, ops, compiles)
+            row, *tables = row_for(spec, self.runner.invocation_id, self.runner.tags, fact, result)
+            self.runner.write(row, *tables)
             self.rows.append(row)
             self.runner.observer.on_finish(spec, row)
 
