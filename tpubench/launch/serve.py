@@ -30,6 +30,8 @@ def measure(spec: RunSpec, channel: worker.Channel) -> dict[str, Any]:
         return {"status": "skipped", "error": reason}
     if parallel.is_multi_process(spec):
         return ranks.measure_ranks(spec, channel)
+    if spec.hosts > 1:  # torch_xla's SPMD over several hosts: this process is its host's share
+        return ranks.measure_spmd_hosts(spec, channel)
     return worker.measure(spec, channel)
 
 

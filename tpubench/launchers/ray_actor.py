@@ -18,6 +18,7 @@ from typing import Any
 
 from tpubench.launch.process import worker_env
 from tpubench.launch.zygote import zygote_for
+from tpubench.parallel import host_devices
 from tpubench.spec import RunSpec
 
 #: an actor forwards a run's step-by-step progress at most this often (phase changes always)
@@ -162,7 +163,7 @@ class DeviceWorker:
 
         backend = get_backend(spec.backend)
         # the ones Executor.run takes: every device of the run, pinned as its worker will be
-        lock = lock_name(backend.device_kind, worker_env(backend.worker_env_for(spec)), spec.devices)
+        lock = lock_name(backend.device_kind, worker_env(backend.worker_env_for(spec)), host_devices(spec))
         with devicelock.hold(lock, wait_reporter(forward)) as waited:
             key = (python_for(self.pythons, spec.backend), spec.backend)
             if key not in self.probes:
