@@ -48,6 +48,29 @@ def _killed_on_host1(loss):
     return killed
 
 
+def job_losses(folder: Path) -> list[float]:
+    """Per step, the mean of the ranks' recorded losses (equal slices: the global batch's loss)."""
+    per_rank = [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(folder.glob("*.jsonl"))]
+    assert per_rank and len({len(values) for values in per_rank}) == 1, [len(values) for values in per_rank]
+    return [sum(step) / len(step) for step in zip(*per_rank, strict=True)]
+
+
+def one_device_losses(steps: int, global_batch: int, seq_len: int = 32) -> list[float]:
+    """gpt2 tiny trained ``steps`` steps on one device in this process, on the global batch:
+    the worker's own step (tpubench.measure.make_step) on the model and batch it builds."""
+    from tpubench.measure import make_step
+    from workloads.base import Shape, build
+
+    workload = WORKLOADS[0]  # records nothing where TPUBENCH_TEST_LOSSES is not set
+    instance = build(workload, "tiny", device="cpu", shape=Shape(batch_size=global_batch, seq_len=seq_len))
+    step = make_step(instance, instance.model, "train")
+    found = []
+    for _ in range(steps):  # each step's loss is the model's before that step's update
+        found.append(workload.loss(instance.model, instance.batch).item())
+        step()
+    return found
+
+
 WORKLOADS = (
     replace(gpt2.WORKLOAD, name="gpt2-losses", loss=_recording(gpt2.WORKLOAD.loss)),
     replace(gpt2.WORKLOAD, name="fault-host1-killed", loss=_killed_on_host1(gpt2.WORKLOAD.loss)),

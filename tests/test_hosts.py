@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import ROOT, command, wait_for
+from host_workloads import job_losses, one_device_losses
 
 from tpubench import store
 from tpubench.launch.ranks import free_port
@@ -89,12 +90,7 @@ class Hosts:
         return store.load_runs(results).to_dict("records")
 
     def job_losses(self) -> list[float]:
-        """Per step, the mean of the ranks' losses (equal slices: the global batch's loss)."""
-        per_rank = [
-            [json.loads(line) for line in path.read_text().splitlines()] for path in sorted(self.losses.glob("*.jsonl"))
-        ]
-        assert per_rank and len({len(values) for values in per_rank}) == 1, [len(v) for v in per_rank]
-        return [sum(step) / len(step) for step in zip(*per_rank, strict=True)]
+        return job_losses(self.losses)
 
     def left(self) -> list[int]:
         found = []
@@ -113,24 +109,6 @@ def two_hosts(tmp_path: Path):
     yield group
     wait_for(lambda: not group.left(), "every host's processes to be gone", timeout=30)
     assert not any(group.scratch.iterdir()), list(group.scratch.rglob("*"))
-
-
-def one_device_losses(steps: int, global_batch: int) -> list[float]:
-    """gpt2 tiny trained ``steps`` steps on one device in this process, on the global batch:
-    the worker's own step (tpubench.measure.make_step) on the model and batch it builds."""
-    from host_workloads import WORKLOADS
-
-    from tpubench.measure import make_step
-    from workloads.base import Shape, build
-
-    workload = next(w for w in WORKLOADS if w.name == "gpt2-losses")  # records nothing: no TPUBENCH_TEST_LOSSES here
-    instance = build(workload, "tiny", device="cpu", shape=Shape(batch_size=global_batch, seq_len=32))
-    step = make_step(instance, instance.model, "train")
-    found = []
-    for _ in range(steps):  # each step's loss is the model's before that step's update
-        found.append(workload.loss(instance.model, instance.batch).item())
-        step()
-    return found
 
 
 def check_row(row: dict, devices: int, parallel: str) -> None:
