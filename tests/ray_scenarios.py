@@ -13,6 +13,7 @@ object with what it saw; the test asserts on it and on the store under OUT.
 - ``ctrl-c``: SIGINT to the driver while a run hangs: queued runs are cancelled, the
   finished run is kept, and the hanging worker dies.
 - ``hosts``: a run over two hosts, one raylet each, in one placement group.
+- ``hosts-fault``: the same, host 1's rank killed: the row names host 1.
 - ``own-model``: a cluster started without the user's modules on its path or in
   ``TPUBENCH_WORKLOAD_MODULES``; the driver, in the user's folder, runs ``--workload-module``
   and ``--model MODULE:FACTORY``, which the actors must take from the driver.
@@ -294,6 +295,25 @@ def hosts(out: Path) -> dict:
         # each host took its device lock in its own node's folder: the hosts ran on both nodes
         nodes[plan] = sorted(name for name, folder in locks.items() if folder.is_dir() and any(folder.iterdir()))
     return {"outputs": outputs, "nodes": nodes}
+
+
+def hosts_fault(out: Path) -> dict:
+    """Two raylets as in :func:`hosts`; host 1's first rank is SIGKILLed in its second step."""
+    os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads,host_workloads"
+    os.environ["TPUBENCH_LOCK_DIR"] = str(out.parent / "locks-a")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    try:
+        os.environ["TPUBENCH_LOCK_DIR"] = str(out.parent / "locks-b")
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        line = (
+            "run --workload fault-host1-killed --size tiny --backend cpu --mode train --batch-size 2 --seq-len 32 "
+            "--warmup 1 --steps 2 --hosts 2 --devices 4 --parallel dp --timeout 400"
+        )
+        output = finish(cli(line, cluster.address, out))[-3000:]
+    finally:
+        cluster.shutdown()
+    return {"output": output}
 
 
 SCENARIOS = {

@@ -144,11 +144,16 @@ def test_two_hosts_of_two_ranks_give_one_host_of_fours_losses(two_hosts: Hosts, 
     """--hosts 2 --devices 4 (two gloo ranks per host) against --devices 4 on one host: the
     same losses, and both one device's."""
     line = TRAIN.format(workload="gpt2-losses")
-    spread = f"{line} --devices 4 --parallel {parallel} --timeout 400"
+    spread = f"{line} --devices 4 --parallel {parallel} --timeout 400 --profile --profile-steps 1"
     (code0, out0), (code1, out1) = two_hosts.run(f"{spread} --hosts 2 --master 127.0.0.1:{free_port()}")
     assert code0 == code1 == 0, out0[-3000:] + out1[-3000:]
     (row,) = two_hosts.rows(0)
     check_row(row, 4, parallel)
+    # every rank's trace under the run's folder (host 0's run id), by host, on each host's disk
+    for host, ranks in ((0, (0, 1)), (1, (2, 3))):
+        traces = two_hosts.tmp / f"results{host}" / "traces" / row["run_id"] / f"host{host}"
+        assert sorted(p.name for p in traces.iterdir()) == [f"rank{rank}" for rank in ranks]
+    assert row["trace_path"].endswith(f"{row['run_id']}/host0/rank0/trace.json") and row["collective_share"] > 0
     two_hosts_losses = two_hosts.job_losses()
     for path in two_hosts.losses.glob("*.jsonl"):
         path.unlink()
@@ -270,3 +275,38 @@ def test_the_join_key_leaves_out_what_differs_from_host_to_host() -> None:
     assert identity(base) == identity(other)
     assert identity(base) != identity(RunSpec("s", "gpt2", "tiny", "cpu", "train", "float32", 8, devices=4,
                                               parallel="dp", hosts=2))  # fmt: skip
+
+
+def test_hosts_that_run_different_benchmarks_fail_at_the_join() -> None:
+    """The rendezvous itself (a real TCPStore on loopback, a thread per host): host 1 asks for
+    another batch than host 0; both learn why, and the row will name host 1."""
+    import threading
+
+    from tpubench.launch.hosts import HostFailure, HostGroup
+    from tpubench.spec import RunSpec
+
+    master = f"127.0.0.1:{free_port()}"
+    specs = [
+        RunSpec("s", "gpt2", "tiny", "cpu", "train", "float32", batch, devices=2, parallel="dp", hosts=2,
+                node_rank=rank, master=master, join_timeout_s=30.0)
+        for rank, batch in ((0, 4), (1, 8))
+    ]  # fmt: skip
+    failures: dict[int, dict] = {}
+
+    def join(spec: RunSpec) -> None:
+        group = HostGroup(spec)
+        try:
+            group.join()
+        except HostFailure as failure:
+            failures[spec.node_rank] = failure.result(spec)
+        finally:
+            group.close()
+
+    threads = [threading.Thread(target=join, args=(spec,)) for spec in specs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    reason = "host 1 runs another benchmark than host 0 (it differs in batch_size)"
+    assert failures[0] == {"status": "failed", "error": reason, "failed_host": 1}
+    assert failures[1]["error"] == reason and failures[1]["host0_answered"] is True

@@ -175,3 +175,11 @@ def test_a_run_over_two_hosts_places_one_actor_per_node_and_trains_as_one_device
         assert seen["nodes"][plan] == ["hostA", "hostB"]
         found = job_losses(tmp_path / f"losses-{plan}")
         assert found == pytest.approx(one_device_losses(len(found), global_batch=8), rel=1e-5), plan
+
+
+@pytest.mark.nightly
+def test_a_host_whose_rank_dies_on_ray_fails_the_run_and_the_row_names_it(tmp_path: Path) -> None:
+    seen = scenario("hosts-fault", tmp_path / "out")
+    (row,) = store.load_runs(tmp_path / "out").to_dict("records")
+    assert (row["status"], row["failed_host"], row["failed_rank"]) == ("crashed", 1, 2), seen["output"]
+    assert row["error"] == "host 1: rank 2 killed by SIGKILL" and row["hosts"] == 2

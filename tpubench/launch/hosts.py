@@ -144,15 +144,7 @@ class HostGroup:
         host, port = self.master
         wait = timedelta(seconds=timeout)
         if self.rank != 0:
-            try:
-                return self._client(wait)
-            except RuntimeError as error:
-                raise HostFailure(
-                    "failed",
-                    f"host 0 at {self.spec.master} did not answer within {timeout:g} s (is it running the same "
-                    f"command, and is its port reachable from here?): {first_line(error)}",
-                    0,
-                ) from error
+            return self._join_store(timeout)
         fd = None
         try:
             if is_loopback(host):
@@ -168,6 +160,28 @@ class HostGroup:
         except (RuntimeError, OSError) as error:
             reason = f"host 0 cannot listen at {self.spec.master}: {first_line(error)}"
             raise HostFailure("failed", reason, 0) from error
+
+    def _join_store(self, timeout: float) -> Any:
+        """Another host: a connection to host 0's store of this run. Host 0 keeps a finished
+        run's store up while its hosts read the row's status (:meth:`announce`), at the same
+        address: a host that comes to the next run of the invocation that early waits for that
+        store to go (its ``closing`` mark says it is done), then connects again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                store = self._client(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            except RuntimeError as error:
+                raise HostFailure(
+                    "failed",
+                    f"host 0 at {self.spec.master} did not answer within {timeout:g} s (is it running the same "
+                    f"command, and is its port reachable from here?): {first_line(error)}",
+                    0,
+                ) from error
+            if not store.check([self.key("closing")]):
+                return store
+            with contextlib.suppress(RuntimeError):  # returns when the store goes away
+                store.wait([self.key("gone")], timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            del store
 
     def key(self, name: str) -> str:
         return PREFIX + name
@@ -203,7 +217,12 @@ class HostGroup:
             left = started + timeout - time.monotonic()
             if not self.wait("start", left):
                 raise HostFailure("failed", f"host 0 did not start the run within {timeout:g} s of joining", 0)
-            start = self.get("start")
+            try:
+                start = self.get("start")
+                if "error" in start:
+                    self.set(f"bye/{self.rank}", True)
+            except RuntimeError as error:
+                raise HostFailure("failed", f"host 0 stopped answering: {first_line(error)}", 0) from error
             if "error" in start:
                 raise HostFailure("failed", start["error"], start.get("failed_host"), from_host0=True)
             self.run_id, self.addresses = start["run_id"], start["addresses"]
@@ -228,6 +247,10 @@ class HostGroup:
     def stop_start(self, reason: str, host: int) -> None:
         """Host 0: tell the hosts that joined that the run stops, and why; then fail it."""
         self.set("start", {"error": reason, "failed_host": host})
+        deadline = time.monotonic() + BYE_S  # the hosts that joined read why before the store goes
+        for other in range(1, self.hosts):
+            if self.store.check([self.key(f"join/{other}")]):
+                self.wait(f"bye/{other}", deadline - time.monotonic())
         raise HostFailure("failed", reason, host)
 
     def _watch(self) -> None:
@@ -287,6 +310,7 @@ class HostGroup:
         """Host 0: the row's status for the other hosts; the job is over (the watchers
         wake); then the store stays up until they have read it, :data:`BYE_S` at most."""
         keep = ("status", "error", "failed_host", "failed_rank")
+        self.set("closing", True)  # before the status: a host that has read it may come back for the next run
         self.set("status", {key: row.get(key) for key in keep})
         if not self.store.check([self.key("end")]):
             self.set("end", {"host": None})
