@@ -13,6 +13,8 @@ object with what it saw; the test asserts on it and on the store under OUT.
   run is a ``crashed`` row, the queued one an ``unavailable`` row, finished ones stay.
 - ``ctrl-c``: SIGINT to the driver while a run hangs: queued runs are cancelled, the
   finished run is kept, and the hanging worker dies.
+- ``hosts``: a run over two hosts, one raylet each, in one placement group.
+- ``hosts-fault``: the same, host 1's rank killed: the row names host 1.
 - ``own-model``: a cluster started without the user's modules on its path or in
   ``TPUBENCH_WORKLOAD_MODULES``; the driver, in the user's folder, runs ``--workload-module``
   and ``--model MODULE:FACTORY``, which the actors must take from the driver.
@@ -276,7 +278,65 @@ def own_model(out: Path) -> dict:
     return {"outputs": outputs}
 
 
-SCENARIOS = {"suite": suite, "events": events, "node-death": node_death, "ctrl-c": ctrl_c, "own-model": own_model}
+def hosts(out: Path) -> dict:
+    """Two raylets on this machine, each with a custom resource of its own (``hostA``,
+    ``hostB``) and its own device-lock folder (two machines would have one each); the CLI
+    runs ``gpt2-losses`` over ``--hosts 2 --devices 4`` (two gloo ranks per host) for dp,
+    then fsdp. The ranks record their losses under OUT/losses-<plan>; the raylets' workers
+    inherit that folder from their raylet, so it is set before the cluster starts."""
+    os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads,host_workloads"
+    outputs, nodes = {}, {}
+    for plan in ("dp", "fsdp"):
+        losses = out.parent / f"losses-{plan}"
+        losses.mkdir(parents=True, exist_ok=True)
+        os.environ["TPUBENCH_TEST_LOSSES"] = str(losses)
+        locks = {name: out.parent / f"locks-{plan}-{name}" for name in ("hostA", "hostB")}
+        os.environ["TPUBENCH_LOCK_DIR"] = str(locks["hostA"])
+        head = {"num_cpus": 2, "resources": {"hostA": 1}, "include_dashboard": False}
+        cluster = Cluster(initialize_head=True, head_node_args=head)
+        try:
+            os.environ["TPUBENCH_LOCK_DIR"] = str(locks["hostB"])
+            cluster.add_node(num_cpus=2, resources={"hostB": 1})
+            cluster.wait_for_nodes()
+            line = (
+                "run --workload gpt2-losses --size tiny --backend cpu --mode train --batch-size 2 --seq-len 32 "
+                f"--warmup 1 --steps 2 --hosts 2 --devices 4 --parallel {plan} --timeout 400"
+            )
+            outputs[plan] = finish(cli(line, cluster.address, out))[-3000:]
+        finally:
+            cluster.shutdown()
+        # each host took its device lock in its own node's folder: the hosts ran on both nodes
+        nodes[plan] = sorted(name for name, folder in locks.items() if folder.is_dir() and any(folder.iterdir()))
+    return {"outputs": outputs, "nodes": nodes}
+
+
+def hosts_fault(out: Path) -> dict:
+    """Two raylets as in :func:`hosts`; host 1's first rank is SIGKILLed in its second step."""
+    os.environ["TPUBENCH_WORKLOAD_MODULES"] = "fault_workloads,host_workloads"
+    os.environ["TPUBENCH_LOCK_DIR"] = str(out.parent / "locks-a")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    try:
+        os.environ["TPUBENCH_LOCK_DIR"] = str(out.parent / "locks-b")
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        line = (
+            "run --workload fault-host1-killed --size tiny --backend cpu --mode train --batch-size 2 --seq-len 32 "
+            "--warmup 1 --steps 2 --hosts 2 --devices 4 --parallel dp --timeout 400"
+        )
+        output = finish(cli(line, cluster.address, out))[-3000:]
+    finally:
+        cluster.shutdown()
+    return {"output": output}
+
+
+SCENARIOS = {
+    "suite": suite,
+    "events": events,
+    "node-death": node_death,
+    "ctrl-c": ctrl_c,
+    "own-model": own_model,
+    "hosts": hosts,
+}
 
 if __name__ == "__main__":
     scenario, out = sys.argv[1], Path(sys.argv[2])

@@ -294,6 +294,7 @@ def old_runs_file(results: Path, rows: list[dict]) -> None:
     """``rows`` in a runs file as written before multi-device runs (no layout columns)."""
     layout = {"devices", "chips", "hosts", "parallel", "parallel_impl", "mesh", "comm_backend", "tp_size", "scaling"}
     layout |= {"global_batch_size", "per_device_batch_size", "simulated", "peak_mem_bytes_min", "failed_rank"}
+    layout |= {"host_skew_pct", "failed_host"}
     layout |= {"samples_per_s_per_device", "tokens_per_s_per_device", "rank_skew_pct"}
     layout |= {"collective_ms", "collective_share", "exposed_collective_ms", "exposed_collective_share"}
     schema = pa.schema([field for field in RUNS if field.name not in layout])

@@ -142,3 +142,31 @@ def test_plugin_modules_and_a_users_module_reach_the_actors_from_the_driver(tmp_
     assert set(runs["status"]) == {"ok"}, runs["error"].tolist()
     assert runs["ray_node_id"].notna().all()
     assert runs.loc["mine:make_model", "model_hash"] and pd.isna(runs.loc["gpt2-mine", "model_hash"])
+
+
+@pytest.mark.nightly
+def test_a_run_over_two_hosts_places_one_actor_per_node_and_trains_as_one_device(tmp_path: Path) -> None:
+    """``--hosts 2 --devices 4 --on ray`` on two raylets: one actor per node (a STRICT_SPREAD
+    placement group), two gloo ranks under each, meeting at host 0's actor; dp and fsdp give
+    one device's losses (and so --devices 4 on one host's: tests/test_ranks.py), and the
+    rows say hosts=2."""
+    from host_workloads import job_losses, one_device_losses
+
+    seen = scenario("hosts", tmp_path / "out")
+    runs = store.load_runs(tmp_path / "out").set_index("parallel")
+    assert set(runs.index) == {"dp", "fsdp"}, seen["outputs"]
+    for plan in ("dp", "fsdp"):
+        row = runs.loc[plan]
+        assert row["status"] == "ok", (row["error"], row["stderr_tail"], seen["outputs"][plan])
+        assert (row["hosts"], row["devices"]) == (2, 4) and row["host_skew_pct"] >= 0 and row["ray_node_id"]
+        assert seen["nodes"][plan] == ["hostA", "hostB"]
+        found = job_losses(tmp_path / f"losses-{plan}")
+        assert found == pytest.approx(one_device_losses(len(found), global_batch=8), rel=1e-5), plan
+
+
+@pytest.mark.nightly
+def test_a_host_whose_rank_dies_on_ray_fails_the_run_and_the_row_names_it(tmp_path: Path) -> None:
+    seen = scenario("hosts-fault", tmp_path / "out")
+    (row,) = store.load_runs(tmp_path / "out").to_dict("records")
+    assert (row["status"], row["failed_host"], row["failed_rank"]) == ("crashed", 1, 2), seen["output"]
+    assert row["error"] == "host 1: rank 2 killed by SIGKILL" and row["hosts"] == 2

@@ -143,3 +143,64 @@ def test_more_scenarios_match_torch_tpu(env: dict[str, str], nproc: int, chip: s
         for key in local:
             found["env"][key] = ",".join(address.split(":")[0] for address in found["env"][key].split(","))
     assert without_session(mine) == without_session(real)
+
+
+def hosts_case(env: dict[str, str], nproc: int) -> dict:
+    """What tpubench gives one host's ranks of a run over the hosts ``env`` describes: the
+    host's index and host 0 as tpubench.parallel.hosts finds them, then
+    torchtpu_env.hosts_launch_env (what tpubench.launch.ranks passes to the ranks)."""
+    from tpubench.parallel import hosts
+
+    place = hosts.place(2, None, None, env)
+    master = hosts.parse_master(place.master)
+    found = torchtpu_env.hosts_launch_env(
+        env, nproc, hosts=2, node_rank=place.node_rank, master=master, pick_port=free_port, session_id=lambda: "s"
+    )
+    return {key: value for key, value in found.items() if key != "TORCH_TPU_XPROF_SESSION_ID"}
+
+
+@needs_torch_tpu
+@pytest.mark.parametrize(
+    "host",
+    [pytest.param(0, marks=pytest.mark.nightly), 1],
+)
+def test_a_simulated_two_host_slice_gets_torch_tpus_own_launch_environment(host: int) -> None:
+    """A TPU VM slice of two hosts (``TPU_WORKER_HOSTNAMES`` with two names, ``TPU_WORKER_ID``
+    0 or 1): tpubench's variables for the host's two ranks are those the installed torch_tpu's
+    ``set_tpu_launch_env`` computes there. TorchTPU derives ``NODE_RANK`` from chip coordinates
+    or ``JOB_COMPLETION_INDEX``, never ``TPU_WORKER_ID``: tpubench hands it the index it found,
+    as a variable already set, which ``set_tpu_launch_env`` keeps."""
+    env = {"TPU_WORKER_HOSTNAMES": "t1k-w0,t1k-w1", "TPU_WORKER_ID": str(host)}
+    mine = hosts_case(env, 2)
+    real = torchtpu({**env, "NODE_RANK": str(host)}, {"nproc_per_node": 2})["launch"]
+    assert "error" not in real, real
+    expected = {"NODE_RANK": str(host)} | without_session(real)
+    assert mine == expected
+    assert mine["MASTER_ADDR"] == "t1k-w0" and mine["MASTER_PORT"] == "29500" and mine["NNODES"] == "2"
+    assert mine["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == "t1k-w0:8070,t1k-w0:8071,t1k-w1:8070,t1k-w1:8071"
+
+
+@needs_torch_tpu
+@pytest.mark.nightly
+def test_an_indexed_job_of_two_hosts_gets_torch_tpus_own_launch_environment() -> None:
+    """Kubernetes' index instead: here TorchTPU derives NODE_RANK itself, and agrees."""
+    env = {"TPU_WORKER_HOSTNAMES": "pod-0.svc,pod-1.svc", "JOB_COMPLETION_INDEX": "1"}
+    real = torchtpu(env, {"nproc_per_node": 4})["launch"]
+    assert hosts_case(env, 4) == without_session(real)
+
+
+def test_hosts_without_tpu_worker_hostnames_list_the_joined_hosts() -> None:
+    """Ray or Slurm on TPU hosts: the slice's host names come from the rendezvous."""
+    found = torchtpu_env.hosts_launch_env(
+        {}, 1, hosts=2, node_rank=1, master=("10.0.0.5", 4000), addresses=["10.0.0.5", "10.0.0.6"],
+        pick_port=free_port, session_id=lambda: "run-id",
+    )  # fmt: skip
+    assert found == {
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "MASTER_ADDR": "10.0.0.5",
+        "MASTER_PORT": "4000",
+        "TPU_WORKER_HOSTNAMES": "10.0.0.5,10.0.0.6",
+        "TORCH_TPU_XPROF_SESSION_ID": "run-id",
+        "TORCH_TPU_SLICEBUILDER_ADDRESSES": "10.0.0.5:8070,10.0.0.6:8070",
+    }

@@ -26,7 +26,7 @@ from tpubench.backends import get_backend
 from tpubench.backends.base import DEFAULT_WORKER_ENV, SIMULATED_DEVICES_ENV
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.launch.process import classify, run_worker, worker_env
-from tpubench.parallel import planning, spec_columns
+from tpubench.parallel import host_devices, planning, spec_columns
 from tpubench.results_dir import is_remote
 from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
 
@@ -229,16 +229,17 @@ def too_few_devices(spec: RunSpec, backend: Backend, availability: dict[str, Any
     (``Availability.parallel_devices``: GPUs, chips, or the simulated limit of the CPU
     families), or more than the user's pin (``CUDA_VISIBLE_DEVICES``, ``TPU_VISIBLE_CHIPS``)
     leaves. Such a run gets an ``unavailable`` row, like a backend missing from this host."""
-    if spec.devices == 1:
+    needed = host_devices(spec)  # on several hosts, each host's share
+    if needed == 1:
         return None
     have = availability.get("parallel_devices") or 1
-    if spec.devices > have:
+    if needed > have:
         what = availability.get("device_name") or spec.backend
         if backend.simulated_devices():
             what += f"; simulated devices: {SIMULATED_DEVICES_ENV} sets how many"
-        return f"{spec.devices} devices needed; {spec.backend} has {have} here ({what})"
-    if backend.device_kind == "cuda" and len(locks) < spec.devices:  # a TPU pin counts chips, not devices
-        return f"{spec.devices} devices needed; the pin to {', '.join(locks)} leaves {len(locks)}"
+        return f"{needed} devices needed; {spec.backend} has {have} here ({what})"
+    if backend.device_kind == "cuda" and len(locks) < needed:  # a TPU pin counts chips, not devices
+        return f"{needed} devices needed; the pin to {', '.join(locks)} leaves {len(locks)}"
     return None
 
 
@@ -265,7 +266,7 @@ class Executor:
             return unavailable(availability["reason"])
         backend = get_backend(spec.backend)
         env = worker_env(backend.worker_env_for(spec))
-        locks = lock_name(backend.device_kind, env, spec.devices)
+        locks = lock_name(backend.device_kind, env, host_devices(spec))
         if reason := too_few_devices(spec, backend, availability, locks):
             return unavailable(reason)
         staging = None
@@ -511,7 +512,8 @@ class SuiteRunner:
                 availability = probes[spec.backend]["backends"][spec.backend]
                 result = executor.run(spec, availability, lambda event, spec=spec: self.observer.on_event(spec, event))
                 row, *tables = row_for(spec, self.invocation_id, self.tags, fact, result)
-                self.write(row, *tables)
+                if spec.node_rank == 0:  # on several hosts, host 0 writes the row; the others follow it
+                    self.write(row, *tables)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished runs are on disk
                 self.interrupted = True
                 break

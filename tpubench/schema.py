@@ -132,6 +132,8 @@ RUNS = pa.schema(
         ("exposed_collective_share", _float),
         ("rank_skew_pct", _float),
         ("failed_rank", _int),
+        ("host_skew_pct", _float),
+        ("failed_host", _int),
         ("tpu_eager_mode", _string),
         ("verified", _string),
         ("max_rel_err", _float),

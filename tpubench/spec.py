@@ -25,6 +25,7 @@ KEY_FIELDS = (
     "parallel",
     "tp_size",
     "scaling",
+    "hosts",
 )
 #: how a run splits over its devices (``--parallel``); ``none`` is one device
 PARALLEL_CHOICES = ("none", "dp", "fsdp", "tp", "fsdp_tp")
@@ -96,6 +97,14 @@ class RunSpec:
     #: weak (the per-device batch stays, the global batch grows with the data-parallel degree)
     #: or strong (the global batch stays); None for a one-device run with no parallel plan
     scaling: str | None = None
+    #: hosts the run spans (--hosts): ``devices`` is the total, each host drives devices / hosts
+    hosts: int = 1
+    #: on several hosts, this host's index (0 writes the row) and where host 0's rendezvous
+    #: store listens, ``HOST:PORT`` (tpubench.parallel.hosts); host-specific, not the run's identity
+    node_rank: int = 0
+    master: str | None = None
+    #: how long the hosts wait for each other to join before the run fails (None: half the timeout)
+    join_timeout_s: float | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
 
     def key(self) -> tuple:
@@ -116,7 +125,8 @@ class RunSpec:
     def label(self) -> str:
         shape = shape_label(self.batch_size, self.dims(), self.gen_len)
         label = f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} {shape}"
-        return f"{label} {self.parallel_label()}" if self.parallel != "none" else label
+        label = f"{label} {self.parallel_label()}" if self.parallel != "none" else label
+        return f"{label} on {self.hosts} hosts" if self.hosts > 1 else label
 
     def parallel_label(self) -> str:
         """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``: the plan and its degrees."""

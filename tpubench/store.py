@@ -285,7 +285,7 @@ UPGRADE_COLUMNS = ("schema_version", "mode", "output_tokens_per_s")
 
 
 #: what a runs row from before multi-device runs measured (``devices``, ``parallel``, ``tp_size`` null)
-ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1}
+ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "hosts": 1}
 
 
 def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:

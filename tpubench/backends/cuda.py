@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend, StepTimer
-from tpubench.parallel import ranks_env
+from tpubench.parallel import host_devices, ranks_env
 from tpubench.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -75,8 +75,8 @@ class CudaBackend(Backend):
         """A multi-GPU run sees its N GPUs only (each rank then takes ``cuda:LOCAL_RANK``), so
         that the device locks name the GPUs it really uses."""
         env = self.worker_env
-        if spec.devices > 1:
-            env["CUDA_VISIBLE_DEVICES"] = visible_devices(os.environ, spec.devices)
+        if host_devices(spec) > 1:  # on several hosts, this host's share
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices(os.environ, host_devices(spec))
         return env
 
     def setup(self, spec: RunSpec) -> None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tpubench import peaks
 from tpubench.backends import dynamo
 from tpubench.backends.base import Availability, Backend
+from tpubench.parallel import host_devices
 from tpubench.spec import RunSpec
 from tpubench.warning import TpubenchWarning
 
@@ -332,10 +333,10 @@ class TpuBackend(Backend):
     def worker_env_for(self, spec: RunSpec) -> dict[str, str]:
         """One chip, or for a multi-chip run its N chips (:func:`chips_env`)."""
         env = self.worker_env
-        if spec.devices > 1:
+        if host_devices(spec) > 1:  # on several hosts, this host's share
             for name in PIN_DEFAULTS:
                 env.pop(name, None)
-            env |= chips_env(os.environ, spec.devices, host_devices_per_chip(self.root))
+            env |= chips_env(os.environ, host_devices(spec), host_devices_per_chip(self.root))
         return env
 
     def run_on_device(self, start: Callable[[], dict[str, Any]], on_wait: Callable[[str], None]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from tpubench.backends.tpu import (
     run_when_chip_free,
     tpu_pci_devices,
 )
+from tpubench.parallel import host_devices
 from tpubench.spec import RunSpec
 from tpubench.warning import TpubenchWarning
 
@@ -117,13 +118,14 @@ class XlaBackend(Backend):
         virtual devices on PJRT CPU (``--xla_force_host_platform_device_count`` gives one),
         the run's chips on a TPU (:func:`tpu_subset_env`)."""
         env = self.worker_env
-        if spec.devices == 1:
+        local = host_devices(spec)  # on several hosts, this host's share of the mesh
+        if local == 1:
             return env
         pjrt = _pjrt_device(self.root)
         if pjrt == "CPU":
-            return {**env, "CPU_NUM_DEVICES": str(spec.devices)}
+            return {**env, "CPU_NUM_DEVICES": str(local)}
         if pjrt == "TPU":
-            return {**env, **tpu_subset_env(os.environ, self._chips(spec.devices))}
+            return {**env, **tpu_subset_env(os.environ, self._chips(local))}
         return env
 
     def simulated_devices(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from tpubench.cli.common import (
     app,
     choose,
     console,
+    int_list,
     key_values,
     writable_dir,
     writable_results,
@@ -79,7 +81,7 @@ class ProgressObserver:
         self.progress.advance(self.overall)
         self.progress.console.print(
             f"  {spec.label()}: {row['status']}"
-            + (f"  median {row['median_step_ms']:.2f} ms" if row["status"] == "ok" else "")
+            + (f"  median {row['median_step_ms']:.2f} ms" if row.get("median_step_ms") is not None else "")
         )
 
 
@@ -143,6 +145,31 @@ def run(
     ] = None,
     wide: Annotated[bool, typer.Option(help="Every summary column, however wide the terminal.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The rows as JSON on stdout; progress on stderr.")] = False,
+    hosts: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Hosts each run spans (--devices is the total, split evenly); every host runs the same "
+            "command, or --on ray places them (docs/multi-host.md).",
+        ),
+    ] = 1,
+    node_rank: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="With --hosts: this host's index (default: JOB_COMPLETION_INDEX, SLURM_NODEID, TPU_WORKER_ID)."
+        ),
+    ] = None,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            help="With --hosts: HOST:PORT where host 0 holds the rendezvous (default: the first of "
+            "TPU_WORKER_HOSTNAMES, MASTER_ADDR or Slurm's node list, port MASTER_PORT or 29500)."
+        ),
+    ] = None,
+    join_timeout: Annotated[
+        float | None,
+        typer.Option(min=1, help="With --hosts: seconds the hosts wait for each other (default: half --timeout)."),
+    ] = None,
     on: Annotated[
         str, typer.Option(help="Where runs execute: local, or ray (one task per run on a cluster).")
     ] = "local",
@@ -160,6 +187,7 @@ def run(
     store the results as parquet."""
     if not results.strip():
         raise BadInput("--results needs a directory")
+    spread = host_options(hosts, node_rank, master, join_timeout, devices, on, resume, verify, timeout)
     results_dir = writable_results(results)
     interpreters = pythons(python)
     use_workload_modules(workload_module, model)  # before Ray's actors copy this environment
@@ -187,6 +215,7 @@ def run(
         verify=verify,
         capture_compiles=capture_compiles,
         fail_on_recompile=fail_on_recompile,
+        **spread,
     )
     out = Console(stderr=True) if as_json else console
     for note in left_out(choice.workloads, choice.sizes, choice.modes):
@@ -201,6 +230,8 @@ def run(
         rows = fleet.run(runner, specs) if fleet else runner.run(specs)
     if fleet:
         ray_launcher.disconnect()
+    if spread.get("node_rank"):
+        follow_host0(out, rows, spread["node_rank"], hosts, as_json)
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
     if runner.resumed:
@@ -230,6 +261,77 @@ def profile_memory_backends(backends: list[str]) -> None:
             f"--profile-memory works on backends {', '.join(PROFILE_MEMORY_BACKENDS)} only, not "
             f"{', '.join(cannot)}; name them with --backend (the breakdown columns need no flag on any backend)"
         )
+
+
+def host_options(
+    hosts: int,
+    node_rank: int | None,
+    master: str | None,
+    join_timeout: float | None,
+    devices: str | None,
+    on: str,
+    resume: bool,
+    verify: bool,
+    timeout: float,
+) -> dict[str, Any]:
+    """``--hosts`` and its companions as :class:`RunSpec` fields, checked before anything
+    runs: the devices divide evenly, and (your own launcher) this host's index and host 0's
+    address come from the options or the launcher's environment (:mod:`tpubench.parallel.hosts`)."""
+    from tpubench.parallel import hosts as host_place
+
+    if hosts == 1:
+        extra = [name for name, value in (("--node-rank", node_rank), ("--master", master),
+                                          ("--join-timeout", join_timeout)) if value is not None]  # fmt: skip
+        if extra:
+            verb = "apply" if len(extra) > 1 else "applies"
+            raise BadInput(f"{', '.join(extra)} {verb} to a run over several hosts: add --hosts N")
+        return {}
+    if devices is None:
+        raise BadInput(
+            f"--hosts {hosts} needs --devices, the total over all hosts (a multiple of {hosts}; "
+            f"one device per host is --devices {hosts})"
+        )
+    try:
+        host_place.check_hosts(int_list("--devices", devices) or [1], hosts)
+    except host_place.HostsError as error:
+        raise BadInput(str(error)) from error
+    if resume:
+        raise BadInput("--resume is not supported with --hosts: only host 0 holds the stored rows")
+    if verify:
+        raise BadInput("--verify cannot check a run over several hosts yet: verify at --hosts 1")
+    if join_timeout is not None and join_timeout >= timeout:
+        raise BadInput(
+            f"--join-timeout {join_timeout:g} must be shorter than --timeout {timeout:g}, which includes the wait "
+            "for the hosts"
+        )
+    options: dict[str, Any] = {"hosts": hosts, "join_timeout_s": join_timeout}
+    if on == "ray":
+        if node_rank is not None or master is not None:
+            raise BadInput(
+                "--node-rank and --master are for your own launcher; with --on ray, Ray places the hosts and "
+                "host 0's actor holds the rendezvous"
+            )
+        return options
+    try:
+        place = host_place.place(hosts, node_rank, master, os.environ)
+    except host_place.HostsError as error:
+        raise BadInput(str(error)) from error
+    return {**options, "node_rank": place.node_rank, "master": place.master}
+
+
+def follow_host0(out: Console, rows: list[dict[str, Any]], node_rank: int, hosts: int, as_json: bool) -> None:
+    """Another host than host 0: what host 0 stored for each run (this host writes no row);
+    the invocation ends as host 0's does, or with exit code 1 where host 0 never answered."""
+    lost = [row for row in rows if row.get("host_row") is None or not row.get("host0_answered", True)]
+    out.print(
+        f"host {node_rank} of {hosts}: host 0 writes the rows (under its --results); it recorded "
+        + ", ".join(f"{row['status']}" + (f" ({row['error']})" if row.get("error") else "") for row in rows),
+        markup=False,
+        highlight=False,
+    )
+    if as_json:
+        print(json.dumps(rows, default=str, indent=1))
+    raise typer.Exit(1 if lost else 0)
 
 
 def join_fleet(

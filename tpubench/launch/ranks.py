@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,10 @@ from tpubench import worker
 from tpubench.backends import get_backend
 from tpubench.ceilings import CeilingSpec
 from tpubench.energy import NVML
+from tpubench.launch import hosts
 from tpubench.measure import Measurement, StepRecord
 from tpubench.memory import PART_COLUMNS
-from tpubench.parallel import family, torchtpu_env
+from tpubench.parallel import family, host_devices, torchtpu_env
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
 
@@ -77,21 +79,57 @@ def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     }
 
 
-def family_env(spec: RunSpec | CeilingSpec) -> dict[str, str]:
+def hosts_rank_env(spec: RunSpec, group: hosts.HostGroup, rank: int, local: int) -> dict[str, str]:
+    """torchrun's variables for one rank of a run over several hosts: its global rank, its
+    place on its host, and host 0's store, which the host agent there serves to every rank
+    (``TORCHELASTIC_USE_AGENT_STORE``: no rank starts a store of its own, as under torchrun)."""
+    host, port = group.master
+    env = {
+        "TPUBENCH_RANK": "1",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local),
+        "WORLD_SIZE": str(spec.devices),
+        "LOCAL_WORLD_SIZE": str(host_devices(spec)),
+        "GROUP_RANK": str(spec.node_rank),
+        "GROUP_WORLD_SIZE": str(spec.hosts),
+        "MASTER_ADDR": host,
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+    if hosts.is_loopback(host):  # hosts on one machine (tests): gloo on loopback as for one host
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+def family_env(spec: RunSpec, group: hosts.HostGroup | None = None) -> dict[str, str]:
     """What every rank of this family needs besides torchrun's variables: on the host's CPUs
     each rank's share of its cores (torchrun's one thread would leave cores idle, torch's
     default of all of them oversubscribes them N times); TorchTPU's launch environment
-    (slice-builder addresses, topology), decided once for all ranks."""
+    (slice-builder addresses, topology; on several hosts also theirs), decided once for all
+    of the host's ranks."""
+    local = host_devices(spec)
     if family(spec.backend) == "cpu":
-        return {
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // spec.devices))
-        }
+        return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // local))}
     if family(spec.backend) != "tpu":
         return {}
     availability = get_backend(spec.backend).availability()  # the PCI bus: no chip is opened
     chip = availability.device_name or None
-    return torchtpu_env.launch_env(
-        os.environ, spec.devices, chip=chip, host_devices=availability.device_count, pick_port=free_port
+    if group is None:
+        return torchtpu_env.launch_env(
+            os.environ, local, chip=chip, host_devices=availability.device_count, pick_port=free_port
+        )
+    host, port = group.master
+    return torchtpu_env.hosts_launch_env(
+        os.environ,
+        local,
+        hosts=spec.hosts,
+        node_rank=spec.node_rank,
+        master=(host, port),
+        addresses=group.addresses,
+        chip=chip,
+        host_devices=availability.device_count,
+        pick_port=free_port,
+        session_id=lambda: group.run_id,  # one profiling session for every host's ranks
     )
 
 
@@ -103,6 +141,7 @@ class Rank:
     process: subprocess.Popen
     channel: int
     log: Path | None  # its output, when not the worker's own (rank 0 writes to the worker's log)
+    local: int = 0  # its place on its host (the first writes to the worker's log, and gives the progress)
     buffer: bytes = b""
     result: dict[str, Any] | None = None
     result_at: float = 0.0  # time.monotonic() when the rank sent it (one clock for all processes)
@@ -131,15 +170,30 @@ class Rank:
 
 
 def start_rank(
-    spec: RunSpec | CeilingSpec, index: int, port: int, env: dict[str, str], scratch: str, kind: str = "run"
+    spec: RunSpec | CeilingSpec,
+    index: int,
+    port: int,
+    env: dict[str, str],
+    scratch: str,
+    group: hosts.HostGroup | None = None,
+    local: int | None = None,
+    kind: str = "run",
 ) -> Rank:
-    """Start rank ``index``: the request (a run, or a ceilings sweep: ``kind``) on its stdin's
-    first line, stdin then its lifeline."""
+    """Start rank ``index`` (the ``local``-th of its host, on a run over several hosts): the
+    request (a run, or a collective ceilings sweep: ``kind``) on its stdin's first line,
+    stdin then its lifeline."""
+    local = index if local is None else local
     rank_spec = spec
-    if isinstance(spec, RunSpec) and spec.trace_dir:  # each rank traces its own steps, in the run's trace folder
-        rank_spec = replace(spec, trace_dir=os.path.join(spec.trace_dir, f"rank{index}"))
+    if isinstance(spec, RunSpec) and spec.trace_dir:  # each rank traces its steps, side by side in the run's folder
+        trace_dir = spec.trace_dir
+        if group is not None:  # the run's folder (host 0's run id), then one folder per host
+            if group.run_id and os.path.basename(trace_dir) == spec.run_id:
+                trace_dir = os.path.join(os.path.dirname(trace_dir), group.run_id)
+            trace_dir = os.path.join(trace_dir, f"host{spec.node_rank}")
+        rank_spec = replace(spec, trace_dir=os.path.join(trace_dir, f"rank{index}"))
+    torchrun = rank_env(index, spec.devices, port) if group is None else hosts_rank_env(spec, group, index, local)
     read_fd, write_fd = os.pipe()
-    log = None if index == 0 else Path(scratch) / f"rank{index}.log"
+    log = None if local == 0 else Path(scratch) / f"rank{index}.log"
     output = None if log is None else open(log, "wb")  # noqa: SIM115 (closed once the child holds it)
     try:
         process = subprocess.Popen(
@@ -148,7 +202,7 @@ def start_rank(
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
             pass_fds=(write_fd,),
-            env={**os.environ, **env, **rank_env(index, spec.devices, port)},
+            env={**os.environ, **env, **torchrun},
         )
     except BaseException:
         os.close(read_fd)
@@ -161,36 +215,49 @@ def start_rank(
     with contextlib.suppress(BrokenPipeError):  # a rank that died at once: its exit status says why
         process.stdin.write(json.dumps({"kind": kind, "spec": rank_spec.to_json()}).encode() + b"\n")
         process.stdin.flush()
-    return Rank(index, process, read_fd, log)
+    return Rank(index, process, read_fd, log, local=local)
 
 
 def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
-    """Run ``spec`` as N ranks and return the job's row (or the failing rank's)."""
-    launched = launch(spec, channel)
-    if isinstance(launched, dict):
-        return launched
-    results, notes = launched
-    row = merge(spec, results)
-    if notes:
-        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *notes]))
-    return row
+    """Run ``spec`` as N ranks and return the job's row (or the failing rank's). On several
+    hosts this is one host's share: its ranks, after the hosts met (:mod:`.hosts`); host 0
+    returns the job's row, the others the status host 0 gave it."""
+    if spec.hosts == 1:
+        outcome = run_host(spec, channel)
+        if outcome["status"] != "ok":
+            return {key: value for key, value in outcome.items() if key not in ("tail", "at")}
+        return merged_row(spec, outcome["ranks"], outcome["notes"])
+    group = hosts.HostGroup(spec)
+    try:
+        try:
+            group.join()
+        except hosts.HostFailure as failure:
+            return failure.result(spec)
+        return finish_hosts(spec, group, run_host(spec, channel, group))
+    finally:
+        group.close()
 
 
-def launch(
-    spec: RunSpec | CeilingSpec, channel: Any, kind: str = "run"
-) -> dict[str, Any] | tuple[list[dict[str, Any]], list[str]]:
-    """Start ``spec``'s N ranks (a run, or a collective ceilings sweep: ``kind``) and wait for
-    them: every rank's result and the notes of any that had to be killed, or the failing
-    rank's row."""
+def run_host(
+    spec: RunSpec | CeilingSpec, channel: Any, group: hosts.HostGroup | None = None, kind: str = "run"
+) -> dict[str, Any]:
+    """This host's ranks (of a run, or of a collective ceilings sweep: ``kind``), started and
+    followed to their end: ``{"status": "ok", "ranks": [their results], "notes": [...]}``, or
+    the failed row of the rank that failed first (with its output's ``tail`` and the
+    wall-clock time ``at`` which it was seen)."""
+    layout = spec if isinstance(spec, RunSpec) else spec.run_spec()  # a sweep's ranks are laid out as a run's
+    local_ranks = host_devices(layout)
+    first = layout.node_rank * local_ranks
     with tempfile.TemporaryDirectory(prefix="tpubench-ranks-") as scratch:
-        env, port = family_env(spec), free_port()
+        env = family_env(layout, group)
+        port = group.master[1] if group else free_port()
         ranks: list[Rank] = []
         try:
-            for index in range(spec.devices):
-                ranks.append(start_rank(spec, index, port, env, scratch, kind))
-            failure = follow(ranks, channel)
+            for local in range(local_ranks):
+                ranks.append(start_rank(spec, first + local, port, env, scratch, group, local, kind))
+            failure = follow(ranks, channel, group.end_fd if group else None)
             if failure is not None:
-                return failure
+                return {**failure, "at": time.time()}
             notes = wait_for_exit(ranks)
         finally:
             for rank in ranks:
@@ -199,21 +266,123 @@ def launch(
                 if rank.process.stdin:
                     rank.process.stdin.close()
                 os.close(rank.channel)
-    return [rank.result for rank in ranks], notes  # type: ignore[misc]
+    return {"status": "ok", "ranks": [rank.result for rank in ranks], "notes": notes}
 
 
-def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:
+def merged_row(spec: RunSpec, results: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+    row = merge(spec, results)
+    if notes:
+        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *notes]))
+    return row
+
+
+#: what host 0 does not need of the other hosts' ranks (only rank 0's ops and compiles are the row's)
+LOCAL_ONLY = ("ops", "compiles")
+
+
+def finish_hosts(spec: RunSpec, group: hosts.HostGroup, outcome: dict[str, Any]) -> dict[str, Any]:
+    """One host's end of a multi-host run: the others report to host 0 and take the status
+    it gave the row; host 0 merges every host's ranks into the job's row, or names the host
+    that failed."""
+    collective_s = spec.timeout_s * 0.5  # the ranks' collective timeout (tpubench.parallel.dtensor)
+    if spec.node_rank != 0:
+        if outcome["status"] == "ok":
+            slim = [{k: v for k, v in result.items() if k not in LOCAL_ONLY} for result in outcome["ranks"]]
+            outcome = {**outcome, "ranks": slim}
+        group.report(outcome)
+        return group.follow_host0(hosts.SETTLE_S + collective_s)
+    outcomes = group.gather(outcome, collective_s)
+    if all(o is not None and o["status"] == "ok" for o in outcomes.values()):
+        row = merged_hosts(spec, outcomes)  # type: ignore[arg-type]
+    else:
+        row = hosts.culprit(outcomes)
+    group.announce(row)
+    return row
+
+
+def measure_spmd_hosts(spec: RunSpec, channel: Any) -> dict[str, Any]:
+    """torch_xla over several hosts: one process per host over its devices, the SPMD mesh
+    over every host's (``hosts x devices per host``). The hosts meet as the process
+    families' do (:mod:`.hosts`); torch_xla's runtime then finds the others from
+    ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` (set from the rendezvous where the TPU VM
+    does not already), and each host measures its share; host 0 merges them as ranks."""
+    if reason := spmd_hosts_refusal():
+        return {"status": "unavailable", "error": reason}
+    group = hosts.HostGroup(spec)
+    try:
+        try:
+            group.join()
+        except hosts.HostFailure as failure:
+            return failure.result(spec)
+        os.environ.update(spmd_hosts_env(spec, group, os.environ))
+        try:
+            result = worker.measure(spec, channel)
+        except Exception as error:
+            traceback.print_exc()
+            status = "oom" if worker.is_oom(error) else "failed"
+            result = {"status": status, "error": f"{type(error).__name__}: {error}"}
+        if result["status"] == "ok":
+            outcome = {"status": "ok", "ranks": [result], "notes": []}
+        else:
+            outcome = {**result, "failed_rank": spec.node_rank, "at": time.time()}
+        return finish_hosts(spec, group, outcome)
+    finally:
+        group.close()
+
+
+def spmd_hosts_refusal() -> str | None:
+    """Why torch_xla cannot span hosts here (None: it can): PJRT's CPU client has no
+    distributed runtime, so only TPU hosts form a multi-host mesh."""
+    from tpubench.backends.xla import _pjrt_device
+
+    if (device := _pjrt_device()) != "TPU":
+        return f"torch_xla over several hosts needs TPU hosts (PJRT_DEVICE=TPU): PJRT {device} has no such runtime"
+    return None
+
+
+def spmd_hosts_env(spec: RunSpec, group: hosts.HostGroup, environ: Any) -> dict[str, str]:
+    """What torch_xla's TPU runtime reads to find the slice's other hosts, where the TPU VM's
+    metadata does not already say: this host's worker id and every host's address."""
+    env = {"TPU_WORKER_ID": str(spec.node_rank), "TPU_WORKER_HOSTNAMES": ",".join(group.addresses)}
+    return {key: value for key, value in env.items() if not environ.get(key)}
+
+
+def merged_hosts(spec: RunSpec, outcomes: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The job's row from every host's ranks, in global rank order, and how far the hosts'
+    medians spread (``host_skew_pct``: per step, each host's slowest rank)."""
+    results = [result for host in range(spec.hosts) for result in outcomes[host]["ranks"]]
+    row = merged_row(spec, results, [note for host in range(spec.hosts) for note in outcomes[host]["notes"]])
+    medians = []
+    for host in range(spec.hosts):
+        steps = zip(*(r["steps"] for r in outcomes[host]["ranks"]), strict=True)
+        slowest = [max(s["step_ms"] for s in rows) for rows in steps if rows[0]["phase"] == "measure"]
+        medians.append(float(np.median(slowest)))
+    metrics = json.loads(row["backend_metrics"])
+    metrics["host_median_step_ms"] = medians
+    return {
+        **row,
+        "host_skew_pct": (max(medians) - min(medians)) / float(np.median(medians)) * 100,
+        "backend_metrics": json.dumps(metrics, sort_keys=True),
+    }
+
+
+def follow(ranks: list[Rank], channel: Any, abort_fd: int | None = None) -> dict[str, Any] | None:
     """Read every rank's channel until all have sent their results; forward rank 0's
     progress. Returns the failed row once a rank has failed or died (None: all ok).
 
     A failure is attributed only when every rank has settled (sent its result or exited),
     or :data:`SETTLE_S` after the first one: a rank killed by a signal breaks its peers'
     connections as it dies, and a peer's error can reach the launcher before the dead
-    rank's closed channel does."""
+    rank's closed channel does.
+
+    ``abort_fd`` (a run over several hosts) becomes readable when another host has failed:
+    this host's ranks are then killed at once, and the row says they were stopped."""
     settle_by = None
     with selectors.DefaultSelector() as selector:
         for rank in ranks:
             selector.register(rank.channel, selectors.EVENT_READ, rank)
+        if abort_fd is not None:
+            selector.register(abort_fd, selectors.EVENT_READ, None)
         while any(rank.result is None for rank in ranks):
             wait = 1.0 if settle_by is None else max(0.0, min(1.0, settle_by - time.monotonic()))
             events = selector.select(timeout=wait)
@@ -223,6 +392,10 @@ def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:
                     selector.unregister(rank.channel)
             for key, _ in events:
                 rank = key.data
+                if rank is None:  # the job ended elsewhere: another host failed, or host 0 went away
+                    for each in ranks:
+                        each.kill()
+                    return {"status": "failed", "aborted": True, "error": "stopped: the run ended on another host"}
                 chunk = os.read(rank.channel, 65536)
                 if not chunk:
                     rank.closed = True
@@ -230,7 +403,7 @@ def follow(ranks: list[Rank], channel: Any) -> dict[str, Any] | None:
                     rank.process.wait()  # the channel closes when the rank exits
                     continue
                 rank.take(chunk)
-                if rank.index == 0:
+                if rank.local == 0:
                     for event in rank.events:
                         channel.send(event.pop("event"), **event)
                 rank.events.clear()
@@ -273,7 +446,7 @@ def first_failure(ranks: list[Rank]) -> dict[str, Any]:
     # goes there (rank 0 writes to that log itself)
     if tail := rank.tail():
         print(f"--- rank {rank.index}'s output (last {TAIL_LINES} lines) ---\n{tail}", file=sys.stderr, flush=True)
-    return {**row, "failed_rank": rank.index}
+    return {**row, "failed_rank": rank.index, "tail": tail}
 
 
 def wait_for_exit(ranks: list[Rank]) -> list[str]:

@@ -31,6 +31,8 @@ def measure(spec: RunSpec, channel: worker.Channel) -> dict[str, Any]:
         return {"status": "skipped", "error": reason}
     if parallel.is_multi_process(spec):
         return ranks.measure_ranks(spec, channel)
+    if spec.hosts > 1:  # torch_xla's SPMD over several hosts: this process is its host's share
+        return ranks.measure_spmd_hosts(spec, channel)
     return worker.measure(spec, channel)
 
 
@@ -42,8 +44,11 @@ def measure_ceiling(spec: ceilings.CeilingSpec, channel: worker.Channel) -> dict
         return worker.measure_ceiling(spec, channel)
     started = time.perf_counter()
     try:
-        launched = ranks.launch(spec, channel, kind="ceiling")
-        result = launched if isinstance(launched, dict) else collective.merge(spec, launched[0])
+        outcome = ranks.run_host(spec, channel, kind="ceiling")
+        if outcome["status"] == "ok":
+            result = collective.merge(spec, outcome["ranks"])
+        else:  # the rank that failed first
+            result = {key: value for key, value in outcome.items() if key not in ("tail", "at")}
     except Exception as error:
         traceback.print_exc()
         result = {"status": "failed", "error": f"{type(error).__name__}: {error}"}

@@ -31,13 +31,15 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from tpubench.backends import get_backend
+from tpubench.launch.hosts import join_timeout
 from tpubench.launchers.ray_actor import DeviceWorker, forwarded_environment
-from tpubench.runner import SuiteRunner, facts_for, python_for, row_for
+from tpubench.parallel import host_devices
+from tpubench.runner import SuiteRunner, facts_for, python_for, row_for, unavailable
 from tpubench.spec import RunSpec
 
 #: what an actor of each device kind asks Ray for, besides one CPU
@@ -240,6 +242,8 @@ class FleetRun:
         self.rows: list[dict[str, Any]] = []
         self.ready: list[tuple[RunSpec, dict[str, Any], dict[str, Any] | None]] = []
         self.runner: SuiteRunner | None = None
+        self.spread: list[RunSpec] = []  # runs over several hosts (:meth:`run_hosts`)
+        self.host_actors: list[Any] = []  # the actors of the run over several hosts going on
 
     def warm(self, backends: Sequence[str]) -> None:
         """Start the actors the runs of ``backends`` will need, before those runs are planned:
@@ -256,6 +260,9 @@ class FleetRun:
         resources = [node["Resources"] for node in self.nodes]
         for index, spec in enumerate(specs):
             runner.observer.on_start(index, len(specs), spec)
+            if spec.hosts > 1:  # after the one-host runs, each with its own placement group
+                self.spread.append(spec)
+                continue
             options = requirements(spec.backend, spec.devices)
             if not servable(options, resources):
                 self.ready.append((spec, _unservable(spec, options), None))
@@ -272,6 +279,8 @@ class FleetRun:
             # one-node cluster (the driver's host measured busy for half of a gpt2 infer run)
             runner.open_store()
             self.loop()
+            for spec in self.spread:
+                self.run_hosts(spec)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, cancel the rest
             runner.interrupted = True
             for pool in self.pools.values():
@@ -284,7 +293,94 @@ class FleetRun:
             for pool in self.pools.values():
                 for actor, _, _ in pool.busy.values():
                     self.ray.kill(actor)
+            for actor in self.host_actors:
+                self.ray.kill(actor)
         return self.rows
+
+    def run_hosts(self, spec: RunSpec) -> None:
+        """A run over ``spec.hosts`` hosts: a placement group of one bundle per host, each on a
+        node of its own (``STRICT_SPREAD``) and asking for that host's chips or GPUs; one actor
+        per bundle measures its host's share through the same executor as any run, the
+        first one's node holding the rendezvous (:mod:`tpubench.launch.hosts`). Host 0's
+        answer is the row; the actors and the group go when it is in."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        kind = get_backend(spec.backend).device_kind
+        options = kind_requirements(kind, host_devices(spec))
+        bundle = {name: amount for name, amount in _wanted(options).items() if amount}
+        self.release_idle()  # the one-host runs are done: their idle actors hold what the bundles need
+        self.nodes = alive_nodes(self.ray)
+        fit = [node for node in self.nodes if servable(options, [node["Resources"]])]
+        if len(fit) < spec.hosts:
+            reason = f"{spec.hosts} hosts needed, each offering {bundle}; the Ray cluster has {len(fit)} such node(s)"
+            self.ready.append((spec, unavailable(reason), None))
+            self.write_ready()
+            return
+        group = placement_group([bundle] * spec.hosts, strategy="STRICT_SPREAD")
+        try:
+            wait = join_timeout(spec)
+            if not self.ray.wait([group.ready()], timeout=wait)[0]:
+                reason = f"the Ray cluster did not reserve {spec.hosts} hosts of {bundle} within {wait:g} s"
+                self.ready.append((spec, unavailable(reason), None))
+                return
+            backend = get_backend(spec.backend)
+            prestart = (python_for(self.pythons, spec.backend), backend.worker_env) if backend.forkable else None
+            self.host_actors = [
+                self.worker.options(
+                    **options,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k),
+                ).remote(self.results, self.pythons, prestart, forwarded_environment())
+                for k in range(spec.hosts)
+            ]
+            master = self.ray.get(self.host_actors[0].rendezvous_address.remote())
+            streams = {
+                actor.measure.remote(replace(spec, node_rank=k, master=master).to_json()): k
+                for k, actor in enumerate(self.host_actors)
+            }
+            answers = self.follow_hosts(spec, streams)
+            if "answer" in answers[0]:
+                self.ready.append((spec, answers[0]["answer"]["result"], answers[0]["answer"]["fact"]))
+            else:
+                lost = _lost(spec, answers[0]["error"], node_died=False)
+                self.ready.append((spec, {**lost, "error": f"host 0: {lost['error']}", "failed_host": 0}, None))
+        finally:
+            for actor in self.host_actors:
+                self.ray.kill(actor)
+            self.host_actors = []
+            remove_placement_group(group)
+            self.write_ready()
+
+    def follow_hosts(self, spec: RunSpec, streams: dict[Any, int]) -> dict[int, dict[str, Any]]:
+        """Every host's answer (or the error its call ended with); host 0's events reach the
+        progress display as they come."""
+        answers: dict[int, dict[str, Any]] = {}
+        while streams:
+            done, _ = self.ray.wait(list(streams), num_returns=1)
+            stream = done[0]
+            host = streams[stream]
+            try:
+                item = self.ray.get(next(stream))
+            except StopIteration:
+                item = {"error": RuntimeError("the actor's call ended without a result")}
+            except self.ray.exceptions.RayError as error:
+                item = {"error": error}
+            if "event" in item:
+                if host == 0:
+                    assert self.runner is not None
+                    self.runner.observer.on_event(spec, item["event"])
+                continue
+            del streams[stream]
+            answers[host] = item
+        return answers
+
+    def release_idle(self) -> None:
+        """Let every idle actor go (their runs are done), so that their resources serve others."""
+        for pool in self.pools.values():
+            for actor in [*pool.starting.values(), *(a for a, _ in pool.idle)]:
+                self.ray.kill(actor)
+            pool.starting.clear()
+            pool.idle.clear()
 
     def loop(self) -> None:
         known = [node["NodeID"] for node in self.nodes]

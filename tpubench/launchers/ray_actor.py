@@ -18,6 +18,7 @@ from typing import Any
 
 from tpubench.launch.process import worker_env
 from tpubench.launch.zygote import zygote_for
+from tpubench.parallel import host_devices
 from tpubench.spec import RunSpec
 
 #: an actor forwards a run's step-by-step progress at most this often (phase changes always)
@@ -124,6 +125,20 @@ class DeviceWorker:
 
         return ray.get_runtime_context().get_node_id()
 
+    def rendezvous_address(self) -> str:
+        """``HOST:PORT`` for a run over several hosts whose host 0 this actor is: its node's
+        address and a port free there now, where this actor's worker will hold the rendezvous."""
+        import socket
+
+        import ray
+
+        from tpubench.parallel.hosts import join_address
+
+        host = ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+            return join_address(host, probe.getsockname()[1])
+
     def measure(self, spec_json: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """A streaming generator: ``{"event": ...}`` items while the run goes, then one
         ``{"answer": ...}``. Events ride on the call's own return stream, so no extra process
@@ -162,7 +177,7 @@ class DeviceWorker:
 
         backend = get_backend(spec.backend)
         # the ones Executor.run takes: every device of the run, pinned as its worker will be
-        lock = lock_name(backend.device_kind, worker_env(backend.worker_env_for(spec)), spec.devices)
+        lock = lock_name(backend.device_kind, worker_env(backend.worker_env_for(spec)), host_devices(spec))
         with devicelock.hold(lock, wait_reporter(forward)) as waited:
             key = (python_for(self.pythons, spec.backend), spec.backend)
             if key not in self.probes:

@@ -85,13 +85,18 @@ def spec_columns(spec: RunSpec) -> dict[str, Any]:
     devices talk, the global batch and each device's share of it."""
     layout = layout_of(spec)
     return {
-        "hosts": 1,
+        "hosts": spec.hosts,
         "parallel_impl": implementation(spec),
         "mesh": layout.mesh,
         "comm_backend": comm_backend(spec),
         "global_batch_size": spec.batch_size,
         "per_device_batch_size": spec.batch_size // layout.dp,
     }
+
+
+def host_devices(spec: RunSpec) -> int:
+    """The devices each host of the run drives (``--devices`` is the total over ``--hosts``)."""
+    return spec.devices // spec.hosts
 
 
 def is_multi_process(spec: RunSpec) -> bool:

@@ -162,3 +162,44 @@ def single_host_topology(chip: str | None, devices: int) -> str:
     if devices not in table:
         raise LaunchEnvError(f"no {chip} topology of {devices} devices; valid: {', '.join(map(str, table))}")
     return table[devices]
+
+
+def hosts_launch_env(
+    environ: Mapping[str, str],
+    nproc_per_node: int,
+    *,
+    hosts: int,
+    node_rank: int,
+    master: tuple[str, int],
+    addresses: Sequence[str] = (),
+    chip: str | None = None,
+    host_devices: int = 0,
+    pick_port: Callable[[], int],
+    session_id: Callable[[], str] = lambda: str(time.time_ns()),
+) -> dict[str, str]:
+    """The launch environment of one host of a run over ``hosts`` hosts, for its
+    ``nproc_per_node`` ranks: tpubench's own answers to what ``set_tpu_launch_env`` would
+    otherwise derive (this host's index, host 0's rendezvous address, which tpubench found
+    from ``--node-rank``/``--master`` or the launcher's variables), set as if given, so that
+    its rules (:func:`launch_env`) decide the rest, the slice-builder addresses among them.
+    ``TPU_WORKER_HOSTNAMES``, where the environment lacks it (Ray, Slurm), lists the hosts'
+    ``addresses`` as they joined."""
+    given = {
+        "NNODES": str(hosts),
+        "NODE_RANK": str(node_rank),
+        "MASTER_ADDR": master[0],
+        "MASTER_PORT": str(master[1]),
+    }
+    if not environ.get("TPU_WORKER_HOSTNAMES") and addresses:
+        given["TPU_WORKER_HOSTNAMES"] = ",".join(addresses)
+    given = {key: value for key, value in given.items() if key not in environ}
+    found = launch_env(
+        {**environ, **given},
+        nproc_per_node,
+        chip=chip,
+        host_devices=host_devices,
+        nnodes=hosts,
+        pick_port=pick_port,
+        session_id=session_id,
+    )
+    return {**given, **found}
