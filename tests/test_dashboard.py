@@ -146,7 +146,7 @@ def test_overview_shows_the_latest_invocation_as_a_matrix_with_what_did_not_run(
     medians = matrix[f"cpu ({device})"].str.removesuffix(busy).str.replace(",", "")  # thousands separated
     assert medians.map(float).gt(0).all(), matrix  # median step in ms
     assert set(problems["status"]) == {"unavailable"} and problems["reason"].str.len().gt(0).all()
-    assert charts(app) == 1
+    assert charts(app) == 2  # the step times, and each run's memory by part
     app.radio(key="value").set_value("status").run()
     assert set(frames(app)[0][f"cpu ({device})"].str.removesuffix(busy)) == {"ok"}
 
@@ -303,7 +303,7 @@ def test_run_details_of_an_ok_run_show_its_step_times(serve, results: Path) -> N
     runs = runs_of(results)
     ok = runs.loc[(runs["status"] == "ok") & (runs["mode"] == "train"), "run_id"].iloc[-1]
     app = serve(results, "Run details", run=ok)
-    assert charts(app) == 1  # the histogram of raw step times
+    assert charts(app) == 2  # the histogram of raw step times, and the memory by part
     config = frames(app)[0].set_index("field")["value"]
     assert config["run_id"] == ok and config["mode"] == "train"
     assert "tpubench trace" in texts(app)

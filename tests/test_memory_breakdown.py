@@ -136,7 +136,7 @@ def test_profile_memory_on_a_backend_without_allocator_events_is_refused_before_
                 "--results r", user)  # fmt: skip
     assert found.returncode == 2 and found.stderr.count("\n") == 1, found.stderr
     assert found.stderr.startswith("error: --profile-memory works on backends cpu, cuda only, not xla")
-    assert not (user / "r" / "runs").exists()
+    assert not (user / "r").exists()
 
 
 def powercap(root: Path, zone: str, energy_uj: int, max_uj: int, name: str = "package-0") -> Path:

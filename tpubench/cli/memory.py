@@ -32,7 +32,13 @@ def show_memory(
     """What a run's memory held: weights, gradients, optimizer state and activations+temporaries
     beside the peak and the admitting estimate; with --profile-memory, one step by category."""
     results_dir = _results_dir(results)
-    run = _find_run(results_dir, run_id)
+    try:
+        run = _find_run(results_dir, run_id)
+    except BadInput as error:  # the shared finder's hint names `tpubench ops`, which lists profiled runs only
+        message = error.format_message()
+        if message.startswith("unknown run"):
+            message = f"unknown run {run_id!r} in {results_dir}; the dashboard's Run details page lists a store's runs"
+        raise BadInput(message) from error
     memory = store.load_memory(results_dir, run_id=run["run_id"])
     ranks = analysis.per_rank(memory)
     wide = analysis.timeline(memory)

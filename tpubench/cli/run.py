@@ -187,6 +187,8 @@ def run(
     store the results as parquet."""
     if not results.strip():
         raise BadInput("--results needs a directory")
+    if profile_memory:  # before any model is imported or planned, or the store made
+        profile_memory_backends(choose("backend", backend, list(BACKENDS)))
     spread = host_options(hosts, node_rank, master, join_timeout, devices, on, resume, verify, timeout)
     results_dir = writable_results(results)
     interpreters = pythons(python)
@@ -196,8 +198,7 @@ def run(
     choice = choose_runs(suite, workload, backend, mode, size, dtype, custom)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
-    if profile_memory:
-        profile_memory_backends(choice.backends)
+
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
     specs = plan_runs(
