@@ -155,7 +155,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
         ("aten", "c10d::_allgather_base_", "collective"),
         ("aten", "c10d::_reduce_scatter_base_", "collective"),
         ("aten", "gloo:all_gather", "collective"),
-        ("aten", "FSDP::all_gather (0)", "collective"),
+        ("aten", "FSDP::all_gather (0)", "other"),  # a wrapper: the c10d/gloo ops inside are the communication
         ("aten", "fsdp::all_gather_copy_in", "data movement"),
         ("aten", "fsdp::all_gather_copy_out", "data movement"),
         ("aten", "FSDP::all_gather_copy_out (blocks.0)", "data movement"),

@@ -23,10 +23,10 @@ from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.compare import _records
 from tpubench.cli.ops import _find_run, _label, _results_dir, _value
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.spec import DIMENSIONS
 
 #: the runs columns a run's label is made of (tpubench ops' ``_label``)
-_LABEL_COLUMNS = ("workload", "size", "backend", "mode", "dtype", "batch_size", *DIMENSIONS, "gen_len")
+#: what a run's label (``_label``: its configuration and backend) reads
+_LABEL_COLUMNS = tuple(key for key in CONFIG_KEYS if key != "device")
 #: backends that never compile a graph: they have no compile events to show
 EAGER_BACKENDS = ("cpu", "cuda")
 

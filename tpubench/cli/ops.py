@@ -60,8 +60,9 @@ def _value(run: dict[str, Any], key: str) -> Any:
 
 
 def _label(run: dict[str, Any]) -> str:
-    """The run's configuration as every reader labels it (:func:`config_labels`), with its backend."""
-    return str(config_labels(pd.DataFrame([run]), backend=True).iloc[0])
+    """The run's configuration as every reader labels it (:func:`config_labels`), then its
+    backend (its device, where a command shows it, follows as "on DEVICE")."""
+    return f"{config_labels(pd.DataFrame([run])).iloc[0]} {run['backend']}"
 
 
 def _find_run(results_dir: Path | str, run_id: str, hint: str = LIST_HINT) -> dict[str, Any]:

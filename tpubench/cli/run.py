@@ -392,8 +392,10 @@ def left_out(workloads: list[Workload], sizes: list[str], modes: list[str]) -> l
 def print_summary(out: Console, rows: list[dict[str, Any]], wide: bool) -> None:
     """The summary table, narrowed to the terminal unless ``wide``; says what it left out."""
     table, hidden = report.summary_table(rows, None if wide else out.width, out)
-    if wide:
-        out.print(table, width=Measurement.get(out, out.options.update(width=10_000), table).maximum)
+    if wide:  # as wide as the table, past the terminal's (or COLUMNS') width, which caps out.print's
+        needed = Measurement.get(out, out.options.update(width=10_000), table).maximum
+        wider = Console(file=out.file, width=max(needed, out.width), color_system=out.color_system)
+        wider.print(table)
     else:
         out.print(table)
     if hidden:
