@@ -336,6 +336,7 @@ SCENARIOS = {
     "ctrl-c": ctrl_c,
     "own-model": own_model,
     "hosts": hosts,
+    "hosts-fault": hosts_fault,
 }
 
 if __name__ == "__main__":

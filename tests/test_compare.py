@@ -46,6 +46,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
         "devices": 1,  # one device, as every row loads (store.upgrade fills rows from before --devices)
         "parallel": "none",
         "tp_size": 1,
+        "hosts": 1,  # one host, as every row loads (store.upgrade fills it too)
     }
     frame = pd.DataFrame([{**defaults, **row} for row in rows])
     for name in RUNS.names:

@@ -3,6 +3,7 @@
 :mod:`.process` starts a worker (forked from the :mod:`.zygote` or a fresh interpreter) with
 a deadline and classifies how it ended; :mod:`.serve` is what a worker process carries out;
 :mod:`.ranks` makes a multi-device run's worker the launcher of N rank interpreters
-(:mod:`.rank`) and merges their rows. Everything here sits above :mod:`tpubench.worker`,
+(:mod:`.rank`) and merges their rows; on several hosts, :mod:`.hosts` is the rendezvous
+of the hosts' workers before each starts its own share of the ranks. Everything here sits above :mod:`tpubench.worker`,
 which measures in one process and starts nothing.
 """
