@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import tpubench
 
-from tests.helpers import tpubench
 from tpubench import store
 from tpubench.analysis import ceilings as analysis
 from tpubench.analysis.collectives import BUSBW_FACTORS
