@@ -5,6 +5,7 @@
 1. The float32 matmul ceiling at N^3 (default 2048^3) from ``tpubench ceilings`` (a worker,
    the device lock, the cache flush, the sample protocol) against a bare ``torch.mm(a, b,
    out=c)`` loop here, with the same thread count and no flush.
+   The bare loop runs before and after the sweep, so its two figures bracket the sweep's load.
 2. The STREAM triad at the sweep's largest arrays (4x the last-level cache) against numpy
    here. numpy has no fused triad: ``a = b + s c`` is two passes (``a = s c``, then
    ``a += b``) that move 5 arrays, not STREAM's 3; its bandwidth is counted with the 5 it
@@ -69,6 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     results = args.results or tempfile.mkdtemp(prefix="tpubench-ceilings-check-")
     print(f"load average before: {os.getloadavg()}")
+    # the bare loops run before and after the sweep: on a shared host the load drifts, and the
+    # two figures bracket the sweep's conditions
+    mm_before = bare_mm(args.size)
     specs = [
         CeilingSpec("cpu", "matmul", dtypes=("float32",), max_size=args.size),
         CeilingSpec("cpu", "memory"),
@@ -79,15 +83,16 @@ def main() -> None:
     if not square or not triads:
         raise SystemExit(f"the sweep did not reach {args.size}^3 or a triad: {[r.get('error') for r in rows]}")
     torch.set_num_threads(square[0]["num_threads"])
-    mm = bare_mm(args.size)
+    mm_after = bare_mm(args.size)
     largest = max(triads, key=lambda r: r["size_bytes"])
     triad = bare_triad(largest["size_bytes"])
     print(f"load average after: {os.getloadavg()}")
     point = square[0]
     print(f"matmul float32 {args.size}^3 ({point['num_threads']} threads):")
     print(f"  tpubench ceiling  median {point['median_rate'] / 1e9:8.2f} GFLOP/s  max {point['max_rate'] / 1e9:8.2f}")
-    print(f"  bare torch.mm     median {mm / 1e9:8.2f} GFLOP/s")
-    print(f"  ratio tpubench / bare: {point['median_rate'] / mm:.3f}")
+    print(f"  bare torch.mm     median {mm_before / 1e9:8.2f} GFLOP/s before, {mm_after / 1e9:8.2f} after")
+    ratios = sorted(point["median_rate"] / mm for mm in (mm_before, mm_after))
+    print(f"  ratio tpubench / bare: {ratios[0]:.3f} .. {ratios[1]:.3f}")
     arrays, cache = largest["size_bytes"] / 2**20, largest["llc_bytes"] / 2**20
     print(f"STREAM triad, arrays of {arrays:g} MiB (last-level cache {cache:g} MiB):")
     print(f"  tpubench triad    median {largest['median_rate'] / 1e9:8.2f} GB/s  max {largest['max_rate'] / 1e9:8.2f}")
