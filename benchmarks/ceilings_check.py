@@ -6,6 +6,8 @@
    the device lock, the cache flush, the sample protocol) against a bare ``torch.mm(a, b,
    out=c)`` loop here, with the same thread count and no flush.
    The bare loop runs before and after the sweep, so its two figures bracket the sweep's load.
+   The bare loops hold the CPU's device lock, as the sweep's worker does: other tpubench CPU
+   runs on the host then wait for them too, and both measure under the same contention.
 2. The STREAM triad at the sweep's largest arrays (4x the last-level cache) against numpy
    here. numpy has no fused triad: ``a = b + s c`` is two passes (``a = s c``, then
    ``a += b``) that move 5 arrays, not STREAM's 3; its bandwidth is counted with the 5 it
@@ -28,6 +30,7 @@ import numpy as np
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # like the CLI's parent: no TPU plugin here
 import torch
 
+from tpubench import devicelock
 from tpubench.ceilings import CeilingSpec
 from tpubench.runner import SuiteRunner, run_ceilings
 
@@ -72,7 +75,8 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}")
     # the bare loops run before and after the sweep: on a shared host the load drifts, and the
     # two figures bracket the sweep's conditions
-    mm_before = bare_mm(args.size)
+    with devicelock.hold("cpu"):  # as the sweep's worker holds it: other tpubench CPU runs wait for both
+        mm_before = bare_mm(args.size)
     specs = [
         CeilingSpec("cpu", "matmul", dtypes=("float32",), max_size=args.size),
         CeilingSpec("cpu", "memory"),
@@ -83,9 +87,10 @@ def main() -> None:
     if not square or not triads:
         raise SystemExit(f"the sweep did not reach {args.size}^3 or a triad: {[r.get('error') for r in rows]}")
     torch.set_num_threads(square[0]["num_threads"])
-    mm_after = bare_mm(args.size)
     largest = max(triads, key=lambda r: r["size_bytes"])
-    triad = bare_triad(largest["size_bytes"])
+    with devicelock.hold("cpu"):
+        mm_after = bare_mm(args.size)
+        triad = bare_triad(largest["size_bytes"])
     print(f"load average after: {os.getloadavg()}")
     point = square[0]
     print(f"matmul float32 {args.size}^3 ({point['num_threads']} threads):")
