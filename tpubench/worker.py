@@ -510,7 +510,12 @@ def measure_ceiling(request: dict[str, Any], channel: Channel) -> dict[str, Any]
             from tpubench.parallel import ranks
 
             launched = ranks.launch(spec, channel, kind="ceiling")
-            result = launched if isinstance(launched, dict) else collective.merge(spec, launched[0])
+            if isinstance(launched, dict):  # a rank failed: its row
+                result = launched
+            else:
+                results, killed = launched
+                result = collective.merge(spec, results)
+                result["warnings"] = "\n".join(filter(None, [result.get("warnings"), *killed])) or None
         else:
             result = sweep.measure(spec, channel)
     except Exception as error:
