@@ -7,7 +7,8 @@
    out=c)`` loop here, with the same thread count and no flush.
    The bare loop runs before and after the sweep, so its two figures bracket the sweep's load.
    The bare loops hold the CPU's device lock, as the sweep's worker does: other tpubench CPU
-   runs on the host then wait for them too, and both measure under the same contention.
+   runs on the host then wait for them too, and both measure under the same contention; the
+   script runs in a session of its own, as a worker does (:func:`own_session`).
 2. The STREAM triad at the sweep's largest arrays (4x the last-level cache) against numpy
    here. numpy has no fused triad: ``a = b + s c`` is two passes (``a = s c``, then
    ``a += b``) that move 5 arrays, not STREAM's 3; its bandwidth is counted with the 5 it
@@ -22,6 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -66,7 +69,18 @@ def bare_triad(array_bytes: int) -> float:
     return 5 * n * 8 / statistics.median(times)
 
 
+def own_session() -> None:
+    """Run this script in a session of its own, as tpubench starts each worker: with the
+    kernel's autogroup scheduling (Linux's default on desktops and many servers) each session
+    is one scheduling group, so on a busy host a loop in the shell's session got half the CPU
+    time a worker got (5.8 against 10.6 GFLOP/s for the same loop here, load average 20)."""
+    if os.getsid(0) != os.getpid():
+        done = subprocess.run([sys.executable, *sys.argv], start_new_session=True)
+        raise SystemExit(done.returncode)
+
+
 def main() -> None:
+    own_session()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", default=None, help="store for the ceilings rows (default: a temporary one)")
     parser.add_argument("--size", type=int, default=2048, help="matmul M=N=K to compare at")
