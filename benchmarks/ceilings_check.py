@@ -79,6 +79,20 @@ def own_session() -> None:
         raise SystemExit(done.returncode)
 
 
+def bare_torch_triad(array_bytes: int) -> float:
+    """Median bytes per second (STREAM's 3 arrays) of torch's one-pass triad, the kernel the
+    sweep times, in a bare loop: it tells the harness's cost apart from torch's against numpy's."""
+    n = array_bytes // 4
+    a, b, c = torch.zeros(n), torch.full((n,), 2.0), torch.ones(n)
+    times = []
+    for index in range(SAMPLES + 2):
+        start = time.perf_counter()
+        torch.add(b, c, alpha=0.999, out=a)
+        if index >= 2:
+            times.append(time.perf_counter() - start)
+    return 3 * n * 4 / statistics.median(times)
+
+
 def main() -> None:
     own_session()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,6 +119,7 @@ def main() -> None:
     with devicelock.hold("cpu"):
         mm_after = bare_mm(args.size)
         triad = bare_triad(largest["size_bytes"])
+        torch_triad = bare_torch_triad(largest["size_bytes"])
     print(f"load average after: {os.getloadavg()}")
     point = square[0]
     print(f"matmul float32 {args.size}^3 ({point['num_threads']} threads):")
@@ -116,7 +131,9 @@ def main() -> None:
     print(f"STREAM triad, arrays of {arrays:g} MiB (last-level cache {cache:g} MiB):")
     print(f"  tpubench triad    median {largest['median_rate'] / 1e9:8.2f} GB/s  max {largest['max_rate'] / 1e9:8.2f}")
     print(f"  bare numpy triad  median {triad / 1e9:8.2f} GB/s (two passes, 5 arrays counted)")
-    print(f"  ratio tpubench / bare: {largest['median_rate'] / triad:.3f}")
+    print(f"  bare torch triad  median {torch_triad / 1e9:8.2f} GB/s (torch.add(b, c, alpha=s, out=a), 3 arrays)")
+    print(f"  ratio tpubench / bare numpy: {largest['median_rate'] / triad:.3f}")
+    print(f"  ratio tpubench / bare torch: {largest['median_rate'] / torch_triad:.3f}")
     print(f"rows: {results}")
 
 
