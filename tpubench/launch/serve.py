@@ -45,8 +45,9 @@ def measure_ceiling(spec: ceilings.CeilingSpec, channel: worker.Channel) -> dict
     started = time.perf_counter()
     try:
         outcome = ranks.run_host(spec, channel, kind="ceiling")
-        if outcome["status"] == "ok":
+        if outcome["status"] == "ok":  # with the launcher's note of any rank it had to kill
             result = collective.merge(spec, outcome["ranks"])
+            result["warnings"] = "\n".join(filter(None, [result.get("warnings"), *outcome["notes"]])) or None
         else:  # the rank that failed first
             result = {key: value for key, value in outcome.items() if key not in ("tail", "at")}
     except Exception as error:
