@@ -6,7 +6,8 @@ only loopback (Ray then binds 127.0.0.1). Each scenario starts its own cluster w
 node, so a node can really die), drives the real CLI or the launcher, and prints one JSON
 object with what it saw; the test asserts on it and on the store under OUT.
 
-- ``suite``: a tiny suite over cpu, tpu and cuda with a crashing workload, then ``env --on ray``.
+- ``suite``: a tiny suite over cpu, tpu and cuda with a crashing workload (and the same suite
+  run locally beside it), then ``env --on ray``.
 - ``events``: the workers' phase events reach the driver's observer while runs are live.
 - ``node-death``: the only node with CPUs is killed while a run hangs on it: the hanging
   run is a ``crashed`` row, the queued one an ``unavailable`` row, finished ones stay.
@@ -189,7 +190,9 @@ def ctrl_c(out: Path) -> dict:
 def suite(out: Path) -> dict:
     """A tiny suite with a crashing workload over cpu, tpu and cuda, on one node that declares
     ``TPU: 4`` (so TPU placement is exercised; the node then says it has no chip) and no GPU;
-    then ``env --on ray``. Returns both commands' exit codes and output."""
+    then ``env --on ray``. Once the cluster is up, the same suite runs locally beside the Ray
+    one (results in ``local`` beside ``out``), on the same host's CPU lock. Returns the
+    commands' exit codes and output."""
     line = (
         "run --workload fault-ok --workload fault-segfault --backend cpu --backend tpu --backend cuda "
         "--mode infer --steps 2 --warmup 1"
@@ -198,7 +201,15 @@ def suite(out: Path) -> dict:
         initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"TPU": 4}, "include_dashboard": False}
     )
     try:
+        local = subprocess.Popen(
+            [sys.executable, "-m", "tpubench", *line.split(), "--results", str(out.with_name("local"))],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         run_output = finish(driver := cli(line, cluster.address, out))
+        local_output = finish(local)
         env = subprocess.run(
             [sys.executable, "-m", "tpubench", "env", "--on", "ray", "--ray-address", cluster.address, "--json"],
             cwd=ROOT,
@@ -213,6 +224,8 @@ def suite(out: Path) -> dict:
         "output": run_output[-3000:],
         "env_returncode": env.returncode,
         "env": env.stdout,
+        "local_returncode": local.returncode,
+        "local_output": local_output[-3000:],
     }
 
 

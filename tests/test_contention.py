@@ -78,8 +78,10 @@ def test_two_concurrent_suites_never_measure_at_the_same_time(results_dir: Path,
         assert process.wait(timeout=600) == 0, process.stdout.read()
     runs = store.load_runs(results_dir).sort_values("started_at")
     assert len(runs) == 4 and runs.invocation_id.nunique() == 2 and set(runs.status) == {"ok"}
-    # one device, one run at a time: every run ended before the next began, whichever suite it was in
-    assert (runs.started_at.iloc[1:].to_numpy() >= runs.finished_at.iloc[:-1].to_numpy()).all(), runs[
+    assert (runs.started_at < runs.finished_at).all()
+    # one device, one run at a time: each row's times are stamped while its process holds the
+    # device's lock, so every run ended before the next began, whichever suite it was in
+    assert (runs.started_at.iloc[1:].to_numpy() > runs.finished_at.iloc[:-1].to_numpy()).all(), runs[
         ["invocation_id", "started_at", "finished_at", "device_wait_s"]
     ]
 

@@ -277,6 +277,8 @@ class Executor:
         on_wait = wait_reporter(on_event)
         try:
             with devicelock.hold(locks, on_wait) as waited:
+                # started_at and finished_at are stamped while this process holds the device's
+                # lock: the rows of one device never overlap, and the wait before is device_wait_s
                 started_at = datetime.now(UTC)
                 result = backend.run_on_device(  # a TPU waits for its chip, and retries once if busy
                     lambda: classify(
@@ -294,12 +296,13 @@ class Executor:
                 )
                 if spec.verify and result["status"] == "ok":
                     result.update(self._verify(spec))
-            if result.get("trace_path"):
+                finished_at = datetime.now(UTC)  # before the lock's release lets the next run stamp its start
+            if result.get("trace_path"):  # the device is free again while the trace uploads
                 result["trace_path"] = self._place_trace(spec, staging, result["trace_path"])
         finally:
             if staging:
                 shutil.rmtree(staging, ignore_errors=True)
-        return {**result, "device_wait_s": waited, "started_at": started_at, "finished_at": datetime.now(UTC)}
+        return {**result, "device_wait_s": waited, "started_at": started_at, "finished_at": finished_at}
 
     def _place_trace(self, spec: RunSpec, staging: str | None, path: str) -> str:
         """The trace's path for the row: uploaded from ``staging`` to object storage, or the
