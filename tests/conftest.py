@@ -73,3 +73,38 @@ def compile_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TPUBENCH_BACKEND_MODULES", "compile_workloads")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
     monkeypatch.syspath_prepend(str(TESTS_DIR))
+
+
+#: the test modules that define a module-scoped fixture (a store written by real runs, a server)
+SHARED_FIXTURE_MODULES = {path.name for path in TESTS_DIR.glob("test_*.py") if 'scope="module"' in path.read_text()}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """CI's ``pytest -n 2``: xdist's default (``--dist load``) hands out tests one by one, so
+    the tests of a module with a module-scoped fixture land on both workers, and each builds
+    its own copy (the dashboard's store of real runs took 76 s, test_ops' profiled cpu,
+    cpu-compile and xla runs, test_compiles_read's, test_regression_cli's, test_shapes'...).
+    Here such a module's tests are one unit of work, which one worker runs, building the
+    fixture once; xdist sends the largest units first (``--loadscope-reorder``, its default),
+    then every other test on its own as ``load`` does. Another ``--dist`` is left as it is.
+
+    (``--dist loadgroup`` with ``xdist_group`` marks would say the same, but xdist 3.8 groups
+    by rewriting ``Item._nodeid``, which pytest 9 no longer reads: the marks had no effect.)
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.rsplit("/", 1)[-1] in SHARED_FIXTURE_MODULES else nodeid
+
+    return SharedFixtureScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first: xdist hands tests out in this order after the units above,
+    so the workers' last tests are short ones and neither waits long for the other at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected

@@ -224,8 +224,15 @@ XLA_SHAPES = {"resnet": {"image_size": 64}, "vit": {"image_size": 224}, "bert": 
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
+@pytest.mark.parametrize(
+    # CI keeps each family's train run (forward and backward on XLA); the forward-only infer
+    # runs are nightly, as in test_workloads_moe_diffusion.py (both modes together took 88 s for
+    # resnet and 56 s for bert on the 2-core CI host); test_xla.py keeps infer runs in CI
+    "mode",
+    ["train", pytest.param("infer", marks=pytest.mark.nightly)],
+)
 def test_tiny_trains_and_infers_on_xla_without_fallbacks_or_recompiles(
-    name: str, results_dir: Path, xla_python: str
+    name: str, mode: str, results_dir: Path, xla_python: str
 ) -> None:
     from tpubench.runner import SuiteRunner, plan
 
@@ -233,21 +240,20 @@ def test_tiny_trains_and_infers_on_xla_without_fallbacks_or_recompiles(
         [name],
         sizes=["tiny"],
         backends=["xla"],
-        modes=["train", "infer"],
+        modes=[mode],
         batch_size=2,
         warmup=1,
         steps=3,
         timeout_s=600,
         **XLA_SHAPES[name],
     )
-    rows = SuiteRunner(results_dir, pythons={"xla": xla_python}).run(specs)
-    assert [row["mode"] for row in rows] == ["train", "infer"]
-    for row in rows:
-        assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
-        assert row["device"] == "CPU (PJRT)"
-        assert row["fallback_op_count"] == 0 and json.loads(row["fallback_ops"]) == {}, row["mode"]
-        assert row["recompiles_after_warmup"] == 0, row["mode"]
-        assert row["param_count"] == unique_params(WORKLOADS[name].build_model(WORKLOADS[name].config("tiny")))
+    [row] = SuiteRunner(results_dir, pythons={"xla": xla_python}).run(specs)
+    assert row["mode"] == mode
+    assert row["status"] == "ok", (row.get("error"), row.get("stderr_tail"))
+    assert row["device"] == "CPU (PJRT)"
+    assert row["fallback_op_count"] == 0 and json.loads(row["fallback_ops"]) == {}, row["mode"]
+    assert row["recompiles_after_warmup"] == 0, row["mode"]
+    assert row["param_count"] == unique_params(WORKLOADS[name].build_model(WORKLOADS[name].config("tiny")))
 
 
 TORCHVISION = textwrap.dedent("""
