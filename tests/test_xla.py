@@ -7,6 +7,7 @@ this one, exactly as ``tpubench run --python xla=...`` does.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -29,8 +30,23 @@ def run_xla(
     return row
 
 
-def test_train_compiles_settle_after_warmup_with_no_fallbacks(results_dir: Path, xla_python: str) -> None:
-    row = run_xla(results_dir, xla_python)
+@pytest.fixture(scope="module")
+def verified_train(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One gpt2 train run on xla with --verify, in a store of its own, and its row: the
+    settling test reads its measurement, the verify test its verdict. --verify's reference
+    and candidate workers run after the measured one, so the measurement is an unverified
+    run's; one XLA train run (tens of seconds on the 2-core CI host) serves both."""
+    python = os.environ.get("TPUBENCH_XLA_PYTHON")
+    if not python or not os.access(python, os.X_OK):
+        pytest.skip("TPUBENCH_XLA_PYTHON does not name a torch_xla interpreter (see .ci/run)")
+    results_dir = tmp_path_factory.mktemp("verified") / "results"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PJRT_DEVICE", "CPU")
+        return results_dir, run_xla(results_dir, python, mode="train", verify=True)
+
+
+def test_train_compiles_settle_after_warmup_with_no_fallbacks(verified_train: tuple[Path, dict]) -> None:
+    results_dir, row = verified_train
     assert row["device"] == "CPU (PJRT)"
     assert row["compile_count"] >= 2  # step 0, and step 1 once the optimizer state exists
     assert row["recompiles_after_warmup"] == 0
@@ -178,11 +194,11 @@ def test_xla_decode_gives_the_cpu_tokens_and_compiles_nothing_new_after_the_firs
         assert len(set(compiles[1:])) == 1, (workload, compiles)  # ...and reused at every position
 
 
-def test_verify_xla_against_the_cpu_reference(results_dir: Path, xla_python: str) -> None:
+def test_verify_xla_against_the_cpu_reference(verified_train: tuple[Path, dict]) -> None:
     """Also the tied LM head: ``Module.to`` gave it a matrix of its own on xla (one parameter
     more, 1,052,160 elements against 790,016 on the CPU), training updated two matrices and
     the losses drifted from the second step. The row counts what the CPU build has, and
     --verify compares three steps' losses and the count."""
-    row = run_xla(results_dir, xla_python, mode="train", verify=True)
+    _, row = verified_train
     assert row["param_count"] == 790_016  # the CPU build's (test_registry)
     assert row["verified"] == "match" and row["max_rel_err"] <= 1e-3, row.get("error")
