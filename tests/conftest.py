@@ -81,13 +81,15 @@ SHARED_FIXTURE_MODULES = {path.name for path in TESTS_DIR.glob("test_*.py") if '
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """CI's ``pytest -n 2``: xdist's default (``--dist load``) hands out tests one by one, so
-    the tests of a module with a module-scoped fixture land on both workers, and each builds
-    its own copy (the dashboard's store of real runs took 76 s, test_ops' profiled cpu,
-    cpu-compile and xla runs, test_compiles_read's, test_regression_cli's, test_shapes'...).
-    Here such a module's tests are one unit of work, which one worker runs, building the
-    fixture once; xdist sends the largest units first (``--loadscope-reorder``, its default),
-    then every other test on its own as ``load`` does. Another ``--dist`` is left as it is.
+    """CI's ``pytest -n 2``: xdist's default (``--dist load``) hands out chunks of consecutive
+    tests, so the tests of a module with a module-scoped fixture can land on both workers, and
+    each builds its own copy (the dashboard's store of real runs took 76 s; test_ops' profiled
+    cpu, cpu-compile and xla runs; test_xla's verified run; test_regression_cli's and
+    test_shapes' stores). Here such a module's tests are one unit of work, which one worker
+    runs, building the fixture once; xdist sends the largest units first
+    (``--loadscope-reorder``, its default), then every other test on its own. Overriding
+    ``_split_scope`` is how xdist's own loadfile and loadgroup schedulers define their units.
+    Another ``--dist`` is left as it is.
 
     (``--dist loadgroup`` with ``xdist_group`` marks would say the same, but xdist 3.8 groups
     by rewriting ``Item._nodeid``, which pytest 9 no longer reads: the marks had no effect.)
