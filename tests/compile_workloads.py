@@ -1,4 +1,4 @@
-"""Test-only workloads (and a cheap compiled backend) for the ``compiles`` table (issue 26).
+"""Test-only workloads (and a cheap compiled backend) for the ``compiles`` table.
 
 Each makes a backend compile in a known way, at a known line of this file:
 
@@ -85,7 +85,7 @@ WORKLOADS = (
 
 
 class CpuCompileEager(CpuCompileBackend):
-    """cpu-compile through Dynamo and AOTAutograd without Inductor's code generation."""
+    """Cpu-compile through Dynamo and AOTAutograd without Inductor's code generation."""
 
     name = "cpu-compile-eager"
     description = "test-only: torch.compile(backend='aot_eager') on the host CPU"

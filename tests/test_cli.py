@@ -285,7 +285,7 @@ def test_env_reads_at_80_columns() -> None:
 
 
 def test_env_says_what_the_device_count_counts() -> None:
-    """Issue 23: `AMD EPYC x1` read as one core; torch sees all of the host's CPUs as one device."""
+    """`AMD EPYC x1` read as one core; torch sees all of the host's CPUs as one device."""
     said = " ".join(run_in_terminal("env", 80).split())
     assert f"(one torch device over {os.cpu_count()} logical CPUs)" in said and " x1" not in said, said
 

@@ -161,7 +161,7 @@ def test_five_runs_per_side_are_the_fewest_for_a_verdict():
 
 
 def test_at_five_runs_the_reason_says_a_rank_test_needs_perfect_separation():
-    """Issue 23, item 2: at 5 vs 5 runs p < 0.01 is met only when every candidate run is slower
+    """At 5 vs 5 runs p < 0.01 is met only when every candidate run is slower
     than every baseline run (exact p = 2/252). One slow baseline run just above one fast
     candidate run keeps a +70% change inconclusive, and the reason says why, and that the CI,
     wholly beyond the threshold, makes it a likely regression."""
@@ -185,7 +185,7 @@ def test_at_five_runs_the_reason_says_a_rank_test_needs_perfect_separation():
 
 
 def test_a_night_that_decided_nothing_is_inconclusive_never_no_regression():
-    """Issue 23, item 1: 2 vs 2 runs cannot show a regression, so a comparison of them reads
+    """2 vs 2 runs cannot show a regression, so a comparison of them reads
     "inconclusive", whether its step rows came out inconclusive or within the threshold."""
     slower = compared(side("a", BASE[:2]), side("b", [1.37 * m for m in BASE[:2]]))
     assert compare.overall_verdict(slower) == "inconclusive"
@@ -200,7 +200,7 @@ def test_a_night_that_decided_nothing_is_inconclusive_never_no_regression():
 
 
 def test_a_differing_environment_is_named_in_the_reason():
-    """Issue 23, item 7: the slow night ran with OMP_NUM_THREADS=1 and a newer torch; say so."""
+    """The slow night ran with OMP_NUM_THREADS=1 and a newer torch; say so."""
     base = side("a", BASE, env='{"TORCH_X": "1"}', torch_version="2.13.0")
     test = side("b", [1.2 * m for m in BASE], env='{"OMP_NUM_THREADS": "1", "TORCH_X": "1"}', torch_version="2.14.0")
     row = step_row(compared(base, test))
@@ -210,7 +210,7 @@ def test_a_differing_environment_is_named_in_the_reason():
 
 
 def test_across_backends_a_difference_is_not_a_regression():
-    """Issue 23, item 8: a compiled backend's first step or another chip's speed is expected to
+    """A compiled backend's first step or another chip's speed is expected to
     differ: across backends the verdicts are worse/better, never regressed, so
     --fail-on-regression does not fail a GPU-against-TPU comparison."""
     eager = side("a", BASE, first_step_s=0.11)
@@ -357,7 +357,7 @@ def test_cross_backend_speedup_mfu_and_tokens_per_dollar():
 
 
 def test_a_speedup_from_runs_on_a_busy_host_carries_the_caveat():
-    """Issue 23: a cross-backend speed-up computed from a single run measured on a busy host
+    """A cross-backend speed-up computed from a single run measured on a busy host
     read as firmly as any other."""
     gpu = runs_frame([{"run_id": "g", "backend": "cuda", "device": "NVIDIA H100 80GB HBM3", "median_step_ms": 10.0,
                        "tokens_per_s": 1000.0, "host_other_cpu_share": 0.65}])  # fmt: skip
@@ -480,7 +480,7 @@ def test_a_persisting_shift_is_found_and_named():
 
 
 def test_a_clean_step_is_found_after_three_invocations_on_each_side():
-    """Issue 23, item 3: `regressions` says a shift must last 3 invocations per side, but a rank
+    """`regressions` says a shift must last 3 invocations per side, but a rank
     test over 3 vs 3 points cannot reach p < 0.01 (best 0.1): a clean step (10 -> 20 ms, 1%
     noise) was first found at 5 + 5. The test on the log values finds it at 3 + 3, and not at 3 + 2."""
     rng = np.random.default_rng(3)
@@ -664,7 +664,7 @@ def test_a_count_metric_with_zeros_has_change_points_not_a_crash():
 
 
 def _configurations() -> pd.DataFrame:
-    """gpt2 on one device and on two (dp), and two models under one hf:bert reference (two
+    """Gpt2 on one device and on two (dp), and two models under one hf:bert reference (two
     model hashes): four configurations, each with three nights of one run."""
     rows = []
     for night in range(3):

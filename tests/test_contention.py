@@ -90,7 +90,7 @@ BURN = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
 
 
 def test_a_busy_host_is_recorded_and_warned_about(results_dir: Path, tmp_path: Path) -> None:
-    """Real busy loops compete with the measured steps: the row says so, and (issue 23: seven
+    """Real busy loops compete with the measured steps: the row says so, and (seven
     warnings named no run) the summary marks the row, the warning names its run, and the
     report marks the row and says what the mark means."""
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(os.cpu_count() or 1)]

@@ -159,7 +159,7 @@ def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) ->
     assert "step (ms)" in set(verdicts["metric"])
     # one run a side cannot show its own noise: never a regression on timing alone
     assert not (verdicts["metric"].eq("step (ms)") & verdicts["verdict"].eq("regressed")).any()
-    # and so the page's headline says nothing was decided, never "no regression" (issue 23, item 1)
+    # and so the page's headline says nothing was decided, never "no regression"
     assert "**Inconclusive** (no regression shown" in texts(app) and "No regression" not in texts(app)
     assert charts(app) == 2  # each side's step time, and the change with its CI
     app.toggle(key="all").set_value(True).run()
@@ -174,7 +174,7 @@ def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) ->
 def test_compare_pairs_the_latest_night_with_the_last_that_ran_its_configurations(
     serve, merged: tuple[Path, Path, Path], how: str
 ) -> None:
-    """Issue 23: on a store merged from two machines, "the latest against the one before"
+    """On a store merged from two machines, "the latest against the one before"
     compared machine B's night with machine A's, which ran other shapes on another device:
     nothing paired. Now B's latest pairs with B's night before, and the page says which
     invocation it passed over and why; the same over the two stores given as several --results."""
@@ -243,7 +243,7 @@ def test_ops_ranks_a_profiled_runs_ops_and_diffs_two_runs(serve, results: Path) 
 
 
 def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, tmp_path: Path) -> None:
-    """Synthetic multi-device rows (issue 27's columns, through the store's writer): an H100 fsdp
+    """Synthetic multi-device rows (the multi-device columns, through the store's writer): an H100 fsdp
     sweep whose 1-device run ran out of memory, a simulated N = 4, and a TPU at N = 2."""
     results = write_runs(
         tmp_path / "results",
@@ -307,7 +307,7 @@ def test_run_details_of_an_ok_run_show_its_step_times(serve, results: Path) -> N
     config = frames(app)[0].set_index("field")["value"]
     assert config["run_id"] == ok and config["mode"] == "train"
     assert "tpubench trace" in texts(app)
-    # issue 23: raw floats and byte counts (103.67955499987147, 459210752) are formatted
+    # raw floats and byte counts (103.67955499987147, 459210752) are formatted
     measured = frames(app)[1].set_index("field")["value"]
     assert measured["peak_mem_bytes"].endswith(" MiB") and measured["estimated_mem_bytes"].endswith(("MiB", "GiB"))
     # more than four significant figures (0.01811 has four)
@@ -341,7 +341,7 @@ def test_run_details_of_a_multi_device_run_show_its_layout(serve, results: Path)
 
 
 def test_overview_marks_runs_measured_on_a_busy_host(serve, results: Path, tmp_path: Path) -> None:
-    """Issue 23: host-busy warnings named no run; the matrix marks the cell and lists the runs."""
+    """Host-busy warnings named no run; the matrix marks the cell and lists the runs."""
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
     relabel(copy, host_other_cpu_share=0.65)
@@ -388,16 +388,16 @@ def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(serve, t
     app = serve(results, "Compilation")
     assert (
         charts(app) == 2
-    )  # the compile cost per step (issue 26: from the compiles table); first step and compile time
+    )  # the compile cost per step (from the compiles table); first step and compile time
     timeline, times = (json.loads(chart.proto.spec)["layout"] for chart in app.get("plotly_chart"))
     assert timeline["title"]["text"].startswith("Compile cost per step")
-    assert times["legend"]["title"]["text"] == "backend, bar"  # issue 23: it read "backend,"
+    assert times["legend"]["title"]["text"] == "backend, bar"  # it read "backend,"
     table = frames(app)[-1].set_index("backend")
     assert table.loc["cpu-compile", "graphs compiled"] >= 1 and table.loc["cpu-compile", "compile s"] > 0
 
 
 def test_compilation_says_why_each_run_compiled_and_run_details_lists_its_events(serve, tmp_path: Path) -> None:
-    """Issue 26, on a synthetic compiles table written through the store: the four figures, the
+    """On a synthetic compiles table written through the store: the four figures, the
     why table, the measured cause in place of a guess, the per-run timeline, and the events."""
     from compile_rows import SHAPE_LINE, limit_events, run_row, shape_change_events, step_rows, write
 
@@ -505,7 +505,7 @@ def _healthy(port: int) -> bool:
 @pytest.mark.slow
 def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path, Path]) -> None:
     """`tpubench dashboard` over two stores serves every page to headless Chromium: content, no
-    error box, a screenshot each, and not one request that leaves 127.0.0.1 (issue 23: every
+    error box, a screenshot each, and not one request that leaves 127.0.0.1 (every
     page fetched its icon from fonts.gstatic.com)."""
     if not CHROMIUM.exists():
         pytest.skip("no /usr/bin/chromium (apt-get install -y chromium; .ci/run installs it)")
@@ -549,7 +549,7 @@ def test_every_page_in_a_real_browser(results: Path, merged: tuple[Path, Path, P
                 elif info.title != "Run details":
                     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
                 assert page.locator("[data-testid=stException]").count() == 0, info.title
-                if info.title == "Compare":  # the terminal command shows whole (issue 23: it was cut off)
+                if info.title == "Compare":  # the terminal command shows whole (it was once cut off)
                     code = page.locator("[data-testid=stCode] code").first
                     code.wait_for()
                     assert "tpubench compare" in code.inner_text()

@@ -1,4 +1,4 @@
-"""Greedy generation with the static KV cache (the workloads' part of issue 5)."""
+"""Greedy generation with the static KV cache."""
 
 from __future__ import annotations
 

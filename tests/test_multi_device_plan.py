@@ -1,4 +1,4 @@
-"""Multi-device runs, the parent's side (issue 27): planning ``--devices``/``--parallel``/``--tp``/
+"""Multi-device runs, the parent's side: planning ``--devices``/``--parallel``/``--tp``/
 ``--scaling``, the checks that refuse a layout before anything runs, the rows of runs that
 cannot have their devices or their plan, device locks and pinning, the layout columns, labels,
 ``compare``'s pairing and ``--resume`` over rows written before multi-device runs.
@@ -42,7 +42,7 @@ FAULTS = {"TPUBENCH_WORKLOAD_MODULES": "fault_workloads", "PYTHONPATH": str(Path
 
 
 def planned(**options) -> list[tuple[str, int, str | None]]:
-    """gpt2's planned runs on the cpu backend as (label suffix, global batch, scaling)."""
+    """Gpt2's planned runs on the cpu backend as (label suffix, global batch, scaling)."""
     specs = plan(["gpt2"], backends=["cpu"], batch_size=4, **options)
     return [(spec.label().split()[-1], spec.batch_size, spec.scaling) for spec in specs]
 

@@ -70,7 +70,7 @@ def compile_run(results: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def xla_run(results: Path) -> dict:
-    """gpt2 tiny train on torch_xla's PJRT CPU device (the xla environment; skips without it)."""
+    """Gpt2 tiny train on torch_xla's PJRT CPU device (the xla environment; skips without it)."""
     python = os.environ.get("TPUBENCH_XLA_PYTHON")
     if not python or not os.access(python, os.X_OK):
         pytest.skip("TPUBENCH_XLA_PYTHON does not name a torch_xla interpreter (see .ci/run)")
@@ -221,7 +221,7 @@ def test_generic_hlo_names_fall_back_to_the_framework_op_then_xprofs_category() 
 
 
 def test_chrome_reader_agrees_with_key_averages(tmp_path: Path) -> None:
-    """torch.profiler's own per-op table of the same session is the reference."""
+    """Torch.profiler's own per-op table of the same session is the reference."""
     import workloads
 
     instance = workloads.load("gpt2", "tiny", device="cpu", batch_size=2, seq_len=32)
@@ -361,7 +361,7 @@ def test_diff_by_op_between_eager_and_compiled(results: Path, cpu_run: dict, com
 def test_inductors_fused_kernels_land_in_the_categories_of_their_ops(
     results: Path, cpu_run: dict, compile_run: dict
 ) -> None:
-    """Issue 23: a compiled run's fused kernels were one `## Call CompiledFxGraph` row in
+    """A compiled run's fused kernels were one `## Call CompiledFxGraph` row in
     'other', so against eager, elementwise read 99% faster and normalization missing. A
     profiled cpu-compile run names each kernel; they land where their ops do."""
     eager = store.load_ops(results, run_id=cpu_run["run_id"])
@@ -382,7 +382,7 @@ def test_inductors_fused_kernels_land_in_the_categories_of_their_ops(
 
 
 def test_ops_states_the_profilers_overhead_beside_the_table(results: Path, cpu_run: dict) -> None:
-    """Issue 23: a traced step of 598 ms against a median of 265 ms was left unexplained."""
+    """A traced step of 598 ms against a median of 265 ms was left unexplained."""
     shown = in_process("ops", cpu_run["run_id"], "--results", str(results))
     assert shown.returncode == 0, shown.stderr
     traced = analysis.traced_step_ms(store.load_ops(results, run_id=cpu_run["run_id"]))

@@ -1,4 +1,4 @@
-"""Benchmarking a user's own model (issue 25), the harness's side: ``--model`` and its bad
+"""Benchmarking a user's own model, the harness's side: ``--model`` and its bad
 input, plugin modules and entry points with their providers, the Python API, the row's
 identity columns, and pairing on ``model_hash``.
 
@@ -106,7 +106,7 @@ def cli_here(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 
 
 def xla_interpreter() -> str | None:
-    """torch_xla's interpreter (TPUBENCH_XLA_PYTHON, as the ``xla_python`` fixture reads it), or None."""
+    """Torch_xla's interpreter (TPUBENCH_XLA_PYTHON, as the ``xla_python`` fixture reads it), or None."""
     python = os.environ.get("TPUBENCH_XLA_PYTHON")
     return python if python and os.access(python, os.X_OK) else None
 

@@ -48,7 +48,7 @@ NIGHTLY_WORLDS = {
 
 
 def split_runs(world: int, configurations: tuple[str, ...]) -> dict[str, dict]:
-    """tests/parallel_losses.py in ``world`` real rank processes; rank 0's JSON."""
+    """Tests/parallel_losses.py in ``world`` real rank processes; rank 0's JSON."""
     port = ranks.free_port()
     env = {**os.environ, **DEFAULT_WORKER_ENV, "OMP_NUM_THREADS": "1"}
     processes = [
@@ -153,7 +153,7 @@ def marked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 def test_a_fsdp_run_merges_its_ranks_and_profiles_each(marked, tmp_path: Path) -> None:
     """The job's row: per step the slowest rank, every rank's samples, the spread and the
     memory of the ranks; each rank traces its own steps, and rank 0's ops are the row's."""
-    # the worker reads the trace's collectives with tpubench.traces.collectives (issue 27's read side)
+    # the worker reads the trace's collectives with tpubench.traces.collectives (the multi-device read side)
     profiling = importlib.util.find_spec("tpubench.traces.collectives") is not None
     traced = {"profile_steps": 1, "trace_dir": str(tmp_path / "trace")} if profiling else {}
     row = marked(spec_for("gpt2", "fsdp", **traced))

@@ -53,7 +53,7 @@ def test_compare_gives_a_verdict_per_metric_with_json_and_markdown(two_sides, tm
     # the pairing keys the runs set; the dimensions gpt2 does not take, and a built-in's null model hash, are not listed
     unwrapped = " ".join(table.stdout.split())
     assert "paired on workload, size, mode, dtype, batch_size, seq_len, gen_len, backend, device;" in unwrapped
-    # 2 runs per side can decide nothing: the line says so, never "no regression" (issue 23, item 1)
+    # 2 runs per side can decide nothing: the line says so, never "no regression"
     assert found["verdict"] == "inconclusive" and "inconclusive (no regression shown" in table.stdout
 
 
@@ -89,7 +89,7 @@ def test_compare_of_a_missing_store_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("target", ["missing/compare.md", "."])
 def test_compare_markdown_to_a_missing_folder_or_a_directory_is_one_error_line(two_sides, tmp_path, target):
-    """Issue 23: both gave a traceback after the comparison was computed, and lost it."""
+    """Both gave a traceback after the comparison was computed, and lost it."""
     done = tpubench(
         "compare --baseline tag.side=a --candidate tag.side=b --results",
         str(two_sides),
@@ -111,7 +111,7 @@ def test_compare_markdown_to_a_missing_folder_or_a_directory_is_one_error_line(t
     ],
 )
 def test_a_stores_runs_folder_is_refused_with_the_store_to_give(two_sides, tmp_path, line):
-    """Issue 23: `run` printed `results: DIR/runs`, and that path given to `ops` or
+    """`run` printed `results: DIR/runs`, and that path given to `ops` or
     `regressions` reported nothing with exit 0."""
     done = tpubench(line.format(store=two_sides, out=tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
@@ -129,7 +129,7 @@ def test_run_prints_the_store_to_give_other_commands(results_dir):
 
 
 def test_compare_results_that_is_a_file_says_so(tmp_path):
-    """Issue 23: a file given as --results was said not to exist."""
+    """A file given as --results was said not to exist."""
     path = tmp_path / "results.parquet"
     path.write_text("not a store")
     done = tpubench("compare --baseline latest --candidate latest --results", str(path))
@@ -137,7 +137,7 @@ def test_compare_results_that_is_a_file_says_so(tmp_path):
 
 
 def test_a_corrupt_store_file_is_one_warning_line(two_sides, tmp_path):
-    """Issue 23: Python's warning format (the source file and the code line of the warn call)
+    """Python's warning format (the source file and the code line of the warn call)
     came before the output."""
     damaged = tmp_path / "results"
     shutil.copytree(two_sides, damaged)
@@ -162,7 +162,7 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     path = next((mixed / "runs").glob("date=*/*.parquet"))
     table = pq.read_table(path)
     newer = ["host_other_cpu_share", "device_wait_s", "finished_at", "chip_wait_s", "host_load_1m"]
-    newer += ["image_size", "latent_size", "flops_source", "attention_flops", "active_param_count"]  # issue 24
+    newer += ["image_size", "latent_size", "flops_source", "attention_flops", "active_param_count"]  # added with the standard models
     old = table.drop_columns([c for c in newer if c in table.column_names])
     old = old.set_column(
         old.column_names.index("schema_version"), "schema_version", pa.array([0] * len(old), pa.int32())
@@ -214,7 +214,7 @@ def test_gpu_against_tpu_through_the_same_command(two_sides, tmp_path):
 
 
 def test_across_backends_compare_reports_differences_not_regressions(two_sides, tmp_path):
-    """Issue 23, item 8: eager against compiled (side b relabelled cpu-compile, with a compiled
+    """Eager against compiled (side b relabelled cpu-compile, with a compiled
     first step of 38 s) is a difference, not a regression: no `regressed` row, and
     --fail-on-regression exits 0."""
     relabelled = tmp_path / "results"
@@ -362,7 +362,7 @@ def _speed_up(store_dir: Path, invocation: str) -> None:
 
 @pytest.mark.slow
 def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
-    """Issue 23, items 4 and 7, on two real nights: each night is appended to --history, which
+    """On two real nights: each night is appended to --history, which
     the next night reads; tonight is also compared with a night back there (slow creep, here
     made a sure regression by scaling that night's steps in the history); the second night runs
     with --threads 1 and its verdicts say that OMP_NUM_THREADS differs from the baseline's."""
@@ -398,7 +398,7 @@ def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
 
 @pytest.mark.slow
 def test_a_night_against_too_few_baseline_runs_says_inconclusive(tmp_path):
-    """Issue 23, item 1: a night that could decide nothing (one baseline run: a verdict needs five
+    """A night that could decide nothing (one baseline run: a verdict needs five
     per side) says so in its headline, summary and last words, never "no regression", and
     --fail-on-inconclusive turns it into exit 3."""
     base = tmp_path / "base"
@@ -503,7 +503,7 @@ def test_a_doubling_on_a_quiet_host_regresses_at_five_runs_per_side(tmp_path):
 
 
 def test_ci_refuses_rounds_below_a_verdicts_minimum(tmp_path):
-    """Issue 23, item 1: --rounds 2 could never show a regression; refused before anything runs."""
+    """--rounds 2 could never show a regression; refused before anything runs."""
     done = tpubench(CI.replace("--rounds 5", "--rounds 2"), "--out", str(tmp_path / "night"))
     assert done.returncode == 2 and done.stderr.startswith("error: --rounds 2: a verdict needs 5 runs per side")
     assert "Traceback" not in done.stderr and not list(tmp_path.glob("night/results/runs/*/*.parquet"))
@@ -533,7 +533,7 @@ def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
     ],
 )
 def test_ci_refusing_its_input_leaves_no_out_folder(tmp_path, extra, message):
-    """Issue 23: `ci` created its --out folder, then rejected the input and left it empty."""
+    """`ci` created its --out folder, then rejected the input and left it empty."""
     out = tmp_path / "night"
     done = tpubench(CI, "--out", str(out), *(arg.format(tmp=tmp_path) for arg in extra))
     assert done.returncode == 2 and message in done.stderr, done.stderr
@@ -541,7 +541,7 @@ def test_ci_refusing_its_input_leaves_no_out_folder(tmp_path, extra, message):
 
 
 def test_ci_pins_the_shape_as_run_does(tmp_path):
-    """Issue 23: a nightly could not hold a serving shape: `ci` had no --batch-size, --seq-len, --gen-len."""
+    """A nightly could not hold a serving shape: `ci` had no --batch-size, --seq-len, --gen-len."""
     line = CI.replace("--mode infer", "--mode decode").replace("--steps 5", "--steps 2")
     done = tpubench(line, "--batch-size", "3", "--prompt-len", "12", "--gen-len", "4", "--out", str(tmp_path / "n"))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""Issue 27's read side: time in collectives from traces (interval unions, exposed time, bus
+"""The multi-device read side: time in collectives from traces (interval unions, exposed time, bus
 bandwidth), per-device ops rows, and scaling over N (efficiency, baselines, MFU per device)
 through `tpubench scaling`.
 

@@ -64,7 +64,7 @@ def test_decode_run_stores_serving_metrics(results_dir: Path) -> None:
 
 
 def test_tokens_per_s_of_a_decode_run_is_one_figure_everywhere(results_dir: Path, tmp_path: Path) -> None:
-    """Issue 23: one gpt2 tiny decode run showed 23,396 tokens/s in the run summary (prompt plus
+    """One gpt2 tiny decode run showed 23,396 tokens/s in the run summary (prompt plus
     output tokens), 2,643 in the report (output tokens) and 23,788 as total_tokens_per_s. Now
     tokens/s is output tokens per second, as serving tools mean it, in the store, the summary
     and the report alike; prompt plus output is total_tokens_per_s, and labelled so."""
