@@ -85,7 +85,7 @@ WORKLOADS = (
 
 
 class CpuCompileEager(CpuCompileBackend):
-    """Cpu-compile through Dynamo and AOTAutograd without Inductor's code generation."""
+    """cpu-compile through Dynamo and AOTAutograd without Inductor's code generation."""
 
     name = "cpu-compile-eager"
     description = "test-only: torch.compile(backend='aot_eager') on the host CPU"

@@ -664,7 +664,7 @@ def test_a_count_metric_with_zeros_has_change_points_not_a_crash():
 
 
 def _configurations() -> pd.DataFrame:
-    """Gpt2 on one device and on two (dp), and two models under one hf:bert reference (two
+    """gpt2 on one device and on two (dp), and two models under one hf:bert reference (two
     model hashes): four configurations, each with three nights of one run."""
     rows = []
     for night in range(3):

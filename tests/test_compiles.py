@@ -141,7 +141,7 @@ def test_xla_item_is_one_host_read_compile_and_a_host_read_per_step(
 def test_xla_compile_keeps_fallback_counts_across_dynamo_recompiles(
     compile_workloads: None, results_dir: Path, xla_python: str
 ) -> None:
-    """Torch_xla's dynamo bridge clears the counters at each compile: a histc counted
+    """torch_xla's dynamo bridge clears the counters at each compile: a histc counted
     before the recompiles at steps 2 and 4 must still be in the run's totals."""
     row, events = run(results_dir, "histc-fallback", "xla-compile", mode="infer", python=xla_python)
     assert row["status"] == "ok", row.get("error")

@@ -386,9 +386,7 @@ def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(serve, t
     )
     assert done.returncode == 0, done.stderr
     app = serve(results, "Compilation")
-    assert (
-        charts(app) == 2
-    )  # the compile cost per step (from the compiles table); first step and compile time
+    assert charts(app) == 2  # the compile cost per step (from the compiles table); first step and compile time
     timeline, times = (json.loads(chart.proto.spec)["layout"] for chart in app.get("plotly_chart"))
     assert timeline["title"]["text"].startswith("Compile cost per step")
     assert times["legend"]["title"]["text"] == "backend, bar"  # it read "backend,"

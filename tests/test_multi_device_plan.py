@@ -42,7 +42,7 @@ FAULTS = {"TPUBENCH_WORKLOAD_MODULES": "fault_workloads", "PYTHONPATH": str(Path
 
 
 def planned(**options) -> list[tuple[str, int, str | None]]:
-    """Gpt2's planned runs on the cpu backend as (label suffix, global batch, scaling)."""
+    """gpt2's planned runs on the cpu backend as (label suffix, global batch, scaling)."""
     specs = plan(["gpt2"], backends=["cpu"], batch_size=4, **options)
     return [(spec.label().split()[-1], spec.batch_size, spec.scaling) for spec in specs]
 

@@ -70,7 +70,7 @@ def compile_run(results: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def xla_run(results: Path) -> dict:
-    """Gpt2 tiny train on torch_xla's PJRT CPU device (the xla environment; skips without it)."""
+    """gpt2 tiny train on torch_xla's PJRT CPU device (the xla environment; skips without it)."""
     python = os.environ.get("TPUBENCH_XLA_PYTHON")
     if not python or not os.access(python, os.X_OK):
         pytest.skip("TPUBENCH_XLA_PYTHON does not name a torch_xla interpreter (see .ci/run)")
@@ -221,7 +221,7 @@ def test_generic_hlo_names_fall_back_to_the_framework_op_then_xprofs_category() 
 
 
 def test_chrome_reader_agrees_with_key_averages(tmp_path: Path) -> None:
-    """Torch.profiler's own per-op table of the same session is the reference."""
+    """torch.profiler's own per-op table of the same session is the reference."""
     import workloads
 
     instance = workloads.load("gpt2", "tiny", device="cpu", batch_size=2, seq_len=32)

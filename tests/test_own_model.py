@@ -106,7 +106,7 @@ def cli_here(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 
 
 def xla_interpreter() -> str | None:
-    """Torch_xla's interpreter (TPUBENCH_XLA_PYTHON, as the ``xla_python`` fixture reads it), or None."""
+    """torch_xla's interpreter (TPUBENCH_XLA_PYTHON, as the ``xla_python`` fixture reads it), or None."""
     python = os.environ.get("TPUBENCH_XLA_PYTHON")
     return python if python and os.access(python, os.X_OK) else None
 

@@ -48,7 +48,7 @@ NIGHTLY_WORLDS = {
 
 
 def split_runs(world: int, configurations: tuple[str, ...]) -> dict[str, dict]:
-    """Tests/parallel_losses.py in ``world`` real rank processes; rank 0's JSON."""
+    """tests/parallel_losses.py in ``world`` real rank processes; rank 0's JSON."""
     port = ranks.free_port()
     env = {**os.environ, **DEFAULT_WORKER_ENV, "OMP_NUM_THREADS": "1"}
     processes = [

@@ -162,7 +162,8 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     path = next((mixed / "runs").glob("date=*/*.parquet"))
     table = pq.read_table(path)
     newer = ["host_other_cpu_share", "device_wait_s", "finished_at", "chip_wait_s", "host_load_1m"]
-    newer += ["image_size", "latent_size", "flops_source", "attention_flops", "active_param_count"]  # added with the standard models
+    # added with the standard models
+    newer += ["image_size", "latent_size", "flops_source", "attention_flops", "active_param_count"]
     old = table.drop_columns([c for c in newer if c in table.column_names])
     old = old.set_column(
         old.column_names.index("schema_version"), "schema_version", pa.array([0] * len(old), pa.int32())

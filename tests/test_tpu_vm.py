@@ -176,7 +176,7 @@ def test_tcmalloc_is_preloaded_unless_absent_or_already_there() -> None:
 @needs_torch_tpu
 @pytest.mark.skipif(find_tcmalloc() is None, reason="no tcmalloc on this host (apt install libtcmalloc-minimal4)")
 def test_torch_tpus_own_tcmalloc_check_passes_in_a_tpu_worker_environment() -> None:
-    """Torch_tpu checks at import whether tcmalloc is the process allocator; it no longer warns."""
+    """torch_tpu checks at import whether tcmalloc is the process allocator; it no longer warns."""
     marker = "<TorchTpu/Performance/TcMalloc/>"
     env = {"PATH": os.environ["PATH"], **TpuBackend().worker_env}
     assert env["LD_PRELOAD"] == find_tcmalloc()
