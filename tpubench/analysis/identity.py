@@ -29,6 +29,8 @@ _AFTER_BACKEND = KEY_FIELDS.index("backend") + 1
 CONFIG_KEYS: tuple[str, ...] = (*KEY_FIELDS[:_AFTER_BACKEND], "device", *KEY_FIELDS[_AFTER_BACKEND:])
 #: the layout columns, and what a row from before ``--devices`` (or a 1-device row) reads as
 ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "scaling": None}
+#: a row from before multi-host runs ran on one host (as the store reads it: ``store.upgrade``)
+ONE_HOST = {"hosts": 1}
 
 
 def configurations(runs: pd.DataFrame) -> pd.DataFrame:
@@ -38,7 +40,8 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     frame = runs.copy()
     for column in CONFIG_KEYS:
         if column not in frame:
-            frame[column] = ONE_DEVICE.get(column)
+            frame[column] = {**ONE_DEVICE, **ONE_HOST}.get(column)
+    frame["hosts"] = pd.to_numeric(frame["hosts"]).fillna(1).astype("int64")
     devices = pd.to_numeric(frame["devices"]).fillna(1).astype("int64")
     one = devices == 1
     frame["devices"] = devices

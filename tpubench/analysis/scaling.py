@@ -62,6 +62,7 @@ TABLE_COLUMNS = (
 #: (a store from before multi-device runs: one device, no plan)
 DEFAULTS: dict[str, Any] = {
     "devices": 1,
+    "hosts": 1,  # rows from before multi-host runs ran on one
     "parallel": "none",
     "tp_size": 1,
     "scaling": None,
@@ -108,6 +109,7 @@ def normalised(runs: pd.DataFrame) -> pd.DataFrame:
             frame[column] = None
     frame["devices"] = frame["devices"].astype("Float64").fillna(1).astype("Int64")
     frame["tp_size"] = frame["tp_size"].astype("Float64").fillna(1).astype("Int64")
+    frame["hosts"] = frame["hosts"].astype("Float64").fillna(1).astype("Int64")
     frame["parallel"] = frame["parallel"].astype(object).where(frame["parallel"].notna(), "none")
     return frame
 
