@@ -9,6 +9,11 @@ import pytest
 
 # Like the CLI's parent process: an installed torch_tpu must not load into the test process.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# The CLI's piped output is drawn to COLUMNS when it is set, and the CLIs the tests start are
+# piped: a COLUMNS the test process inherits at C level (80 here, absent from os.environ but
+# passed to every child) would squeeze them. They are drawn at the piped default, as in CI's logs;
+# the width tests pass their own COLUMNS.
+os.environ["COLUMNS"] = "200"
 
 TESTS_DIR = Path(__file__).resolve().parent
 
