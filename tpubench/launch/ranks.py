@@ -225,7 +225,7 @@ def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
     if spec.hosts == 1:
         outcome = run_host(spec, channel)
         if outcome["status"] != "ok":
-            return {key: value for key, value in outcome.items() if key not in ("tail", "at")}
+            return failed_row(outcome)
         return merged_row(spec, outcome["ranks"], outcome["notes"])
     group = hosts.HostGroup(spec)
     try:
@@ -236,6 +236,12 @@ def measure_ranks(spec: RunSpec, channel: Any) -> dict[str, Any]:
         return finish_hosts(spec, group, run_host(spec, channel, group))
     finally:
         group.close()
+
+
+def failed_row(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The row of a host's failed :func:`run_host` outcome: its failing rank's, less the output
+    tail and the time it was seen, which only the hosts' exchange reads."""
+    return {key: value for key, value in outcome.items() if key not in ("tail", "at")}
 
 
 def run_host(

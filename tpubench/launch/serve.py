@@ -49,7 +49,7 @@ def measure_ceiling(spec: ceilings.CeilingSpec, channel: worker.Channel) -> dict
             result = collective.merge(spec, outcome["ranks"])
             result["warnings"] = "\n".join(filter(None, [result.get("warnings"), *outcome["notes"]])) or None
         else:  # the rank that failed first
-            result = {key: value for key, value in outcome.items() if key not in ("tail", "at")}
+            result = ranks.failed_row(outcome)
     except Exception as error:
         traceback.print_exc()
         result = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
