@@ -305,6 +305,36 @@ def test_explain_on_xla_names_the_users_line_where_the_shape_came_in(
     assert f"f32[8,16] \N{RIGHTWARDS ARROW} f32[12,16] xla::select at explain_workloads.py:{SLICE_LINE}" in shown.stdout
 
 
+def test_explain_rebuilds_a_users_model_from_its_reference(tmp_path: Path) -> None:
+    """A ``--model`` run's workload name is its factory's path, in no registry: the re-run's
+    spec carries the stored reference, which the worker resolves (``workload_for``) as the
+    run's worker did; a re-run whose model hashes otherwise (the file changed) says so."""
+    from tpubench import explain
+    from tpubench.models import workload_for
+    from workloads import Shape
+    from workloads.custom.ref import ModelRef
+
+    model = tmp_path / "dyn_model.py"
+    model.write_text(
+        "import torch\n\n\ndef make_model():\n    return torch.nn.Linear(16, 4)\n\n\n"
+        "def make_inputs(batch_size, generator, **dims):\n"
+        "    return (torch.randn(batch_size, 16, generator=generator),)\n"
+    )
+    ref = ModelRef("factory", f"{model}:make_model", inputs=f"{model}:make_inputs")
+    results = tmp_path / "results"
+    run = run_row("mine0001", "inv-m", workload=f"{model}:make_model", size="default", model_ref=ref.to_json(),
+                  model_hash="0123456789abcdef")  # fmt: skip
+    write(results, "inv-m", [run], [])
+    [stored] = store.load_runs(results).to_dict("records")
+    spec = explain.spec_of(stored)
+    workload = workload_for(spec)
+    assert workload.name == f"{model}:make_model"
+    assert workload.row_columns(workload.config("default"), Shape(2), "infer")["model_ref"] == ref.to_json()
+    assert explain.changed_model(spec, {"model_hash": "0123456789abcdef"}) is None
+    note = explain.changed_model(spec, {"model_hash": "fedcba9876543210"})
+    assert note.startswith("note: the model changed since the run (hash 0123456789ab, now fedcba987654)")
+
+
 def test_explain_reads_dynamos_reasons_from_its_structured_trace() -> None:
     """Lines of a real TORCH_TRACE log (torch 2.13, cpu-compile, batch 8 then 12), cut short."""
     from tpubench import explain

@@ -201,7 +201,9 @@ def _steps_by_hash(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def spec_of(run: dict[str, Any]) -> RunSpec:
-    """The run's spec, as far as the runs table keeps it, for a fresh diagnostic run."""
+    """The run's spec, as far as the runs table keeps it, for a fresh diagnostic run. A user's
+    model (``--model``, ``tpubench.bench``) is found by its stored reference, as the run's
+    worker found it: its workload name (the factory's path) is in no registry."""
 
     def value(key: str) -> Any:
         item = run.get(key)
@@ -220,7 +222,21 @@ def spec_of(run: dict[str, Any]) -> RunSpec:
         warmup=int(value("warmup_min_steps") or 3),
         steps=int(value("measured_steps") or 10),
         tpu_eager_mode=value("tpu_eager_mode"),
+        model_ref=value("model_ref"),
+        model_hash=value("model_hash"),
         **dims,
+    )
+
+
+def changed_model(spec: RunSpec, result: dict[str, Any]) -> str | None:
+    """What to say when the re-run's user model is not the run's: its file or config changed
+    since, so the diagnostics describe the model as it is now."""
+    now = result.get("model_hash")
+    if not spec.model_hash or not now or now == spec.model_hash:
+        return None
+    return (
+        f"note: the model changed since the run (hash {spec.model_hash[:12]}, now {now[:12]}): "
+        "the re-run measured the model as it is now"
     )
 
 
@@ -242,9 +258,10 @@ def _rerun(spec: RunSpec, folder: Path, pythons: dict[str, str]) -> dict[str, An
     from tpubench.launch.process import classify, run_worker, worker_env
     from tpubench.runner import python_for
 
-    if spec.backend not in BACKENDS:
-        raise ExplainError(f"backend {spec.backend!r} is not known here; valid: {', '.join(BACKENDS)}")
-    backend = get_backend(spec.backend)
+    try:  # get_backend registers TPUBENCH_BACKEND_MODULES' backends as they are now, as a run does
+        backend = get_backend(spec.backend)
+    except KeyError:
+        raise ExplainError(f"backend {spec.backend!r} is not known here; valid: {', '.join(BACKENDS)}") from None
     env = worker_env({**backend.worker_env, **diagnostic_env(spec.backend, folder)})
     outcome = run_worker(
         {"kind": "run", "spec": spec.to_json()},
@@ -325,6 +342,8 @@ def explain(
     if result["status"] != "ok":
         error = " ".join(str(result.get("error") or "").split())[:300]
         raise ExplainError(f"the diagnostic re-run {result['status']}: {error}")
+    if note := changed_model(spec, result):
+        quiet.print(note, highlight=False)
     family = spec.backend.split("-")[0]
     if rows := result.get("compiles"):  # the re-run's own capture, as `tpubench compiles` would print it
         import pandas as pd

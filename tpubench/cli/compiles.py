@@ -139,9 +139,11 @@ def show_compiles(
     runs = [_compiling(_find_run(results_dir, run_id, LIST_HINT)) for run_id in run_ids]
     if explain:
         from tpubench import explain as diagnose  # the worker's machinery: only --explain needs it
-        from tpubench.cli.planning import pythons
+        from tpubench.cli.planning import pythons, use_workload_modules
 
         interpreters = pythons(python)
+        # a user's model named by module (mypkg.models:make_model) is found from here, as `run` found it
+        use_workload_modules(None, _value(runs[0], "model_ref"))
 
         try:
             diagnose.explain(Path(results_dir), runs[0], as_json, console, interpreters)
