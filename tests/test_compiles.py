@@ -84,10 +84,24 @@ def test_item_breaks_the_graph_then_recompiles_by_value_until_the_limit(
 
 @pytest.mark.slow
 def test_fail_on_recompile_fails_the_run_with_the_reason(compile_workloads: None, results_dir: Path) -> None:
-    row, _ = run(results_dir, "recompile-shape", "cpu-compile-eager", fail_on_recompile=True)
+    """The failed run keeps its events, the refused compile last, for ``tpubench compiles`` to show."""
+    from test_ops import in_process
+
+    row, events = run(results_dir, "recompile-shape", "cpu-compile-eager", fail_on_recompile=True)
     assert row["status"] == "failed"
     assert row["error"].startswith("RecompileError: compiled after warm-up, at step 2: dynamo shape_change at ")
     assert line_of("CALL_LINE") in row["error"] and "size mismatch at index 0. expected 8, actual 12" in row["error"]
+    assert row["capture_compiles"] is True
+    assert list(zip(events.step, events.event, events.cause, strict=True)) == [
+        (0, "compile", "first_compile"),
+        (0, "compile", "lazy_backward"),
+        (2, "compile_failed", "shape_change"),
+    ]
+    refused = events.iloc[-1]
+    assert refused.source == line_of("CALL_LINE") and "size mismatch at index 0" in refused.raw
+    shown = in_process(f"compiles {row['run_id']} --results", str(results_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert f"1 failed compile(s) at {line_of('CALL_LINE')}" in shown.stdout
 
 
 @pytest.mark.slow

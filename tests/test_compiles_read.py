@@ -216,11 +216,20 @@ def test_compare_and_regressions_name_the_cause_from_the_store(tmp_path: Path) -
     assert [(p["invocation_id"], p["cause"]) for p in points] == [("inv-3", f"shape change {X}2 at {SHAPE_LINE}")]
 
 
-def test_a_run_without_events_says_why(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({"capture_compiles": False}, "it ran with --no-capture-compiles"),
+        # a run that ended early has no capture columns: not a run from before they were recorded
+        ({"capture_compiles": None, "status": "timeout"}, "its status is timeout: it ended before its capture"),
+        ({"capture_compiles": None}, "it ran before tpubench recorded them"),
+    ],
+)
+def test_a_run_without_events_says_why(tmp_path: Path, extra: dict, why: str) -> None:
     results = tmp_path / "results"
-    write(results, "inv-b", [run_row("nocap001", "inv-b", capture_compiles=False)], [])
+    write(results, "inv-b", [run_row("nocap001", "inv-b", **extra)], [])
     said = one_error_line(in_process("compiles nocap001 --results", str(results)))
-    assert "it ran with --no-capture-compiles" in said
+    assert why in said
 
 
 # --- --explain -----------------------------------------------------------------------

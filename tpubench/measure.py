@@ -28,7 +28,12 @@ PhaseCallback = Callable[[str, int, int], None]
 
 
 class RecompileError(RuntimeError):
-    """``--fail-on-recompile``: the backend compiled during a measured step."""
+    """``--fail-on-recompile``: the backend compiled during a measured step. It carries the
+    steps timed so far, so that the failed run keeps the compile events that explain it."""
+
+    def __init__(self, message: str, records: list[StepRecord]):
+        super().__init__(message)
+        self.records = records
 
 
 @dataclass
@@ -234,9 +239,13 @@ def run_protocol(
             described = describe_stance_error(error) if spec.fail_on_recompile else None
             if described is None:
                 raise
-            raise RecompileError(f"compiled after warm-up, at step {warm + 1 + i}: {described}") from error
+            if capture:  # the step's events before the refused compile (its graph breaks), then the refusal
+                capture.after_step(warm + 1 + i, "measure")
+                capture.compile_refused(warm + 1 + i, "measure", error)
+            message = f"compiled after warm-up, at step {warm + 1 + i}: {described}"
+            raise RecompileError(message, records) from error
         if spec.fail_on_recompile and count != previous:
-            raise RecompileError(recompile_message(warm + 1 + i, capture))
+            raise RecompileError(recompile_message(warm + 1 + i, capture), records)
         previous = count
     host_load = meter.stop()
     reading = None

@@ -33,7 +33,14 @@ from tpubench import ceilings, compiles, energy, memory, parallel, peaks, verify
 from tpubench.backends import Backend, get_backend
 from tpubench.ceilings import sweep
 from tpubench.hostload import busy_warning
-from tpubench.measure import Measurement, StepRecord, make_generation_step, make_step, run_protocol
+from tpubench.measure import (
+    Measurement,
+    RecompileError,
+    StepRecord,
+    make_generation_step,
+    make_step,
+    run_protocol,
+)
 from tpubench.models import WorkloadUnavailable, workload_for
 from tpubench.parallel import dtensor, planning, spmd
 from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
@@ -142,15 +149,24 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
             step = make_generation_step(instance, model, spec.mode, spec.gen_len, backend, timings)
         else:
             step = make_step(instance, model, spec.mode)
-        measured = run_protocol(
-            spec,
-            backend,
-            step,
-            lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n),
-            capture,
-            agreement(spec),
-            window,
-        )
+        try:
+            measured = run_protocol(
+                spec,
+                backend,
+                step,
+                lambda phase, i, n: channel.send("phase", phase=phase, step=i, of=n),
+                capture,
+                agreement(spec),
+                window,
+            )
+        except RecompileError as error:  # the failed run keeps the compile events that explain it
+            return {
+                **row,
+                **compile_columns(spec, capture, error.records),
+                "status": "failed",
+                "error": f"{type(error).__name__}: {error}",
+                "warnings": "\n".join(capture.notes) if capture and capture.notes else None,
+            }
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
         extra = backend.extra_metrics()  # read before profiling, so that traced steps count in no figure
@@ -180,7 +196,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
         channel.send("phase", phase="ingest", step=0, of=1)
         row |= ingest_trace(trace_path, spec.profile_steps, spec.devices, row["median_step_ms"])
-    row |= compile_columns(spec, capture, measured)
+    row |= compile_columns(spec, capture, measured.records)
     return {
         **row,
         "status": "ok",
@@ -294,7 +310,7 @@ def ingest_trace(trace_path: str, profile_steps: int, devices: int, step_ms: flo
     return columns
 
 
-def compile_columns(spec: RunSpec, capture: compiles.Capture | None, measured: Measurement) -> dict[str, Any]:
+def compile_columns(spec: RunSpec, capture: compiles.Capture | None, records: list[StepRecord]) -> dict[str, Any]:
     """The runs table's compile columns, and the run's ``compiles`` rows (popped by the
     runner like ``steps``). Without a capture (capture off, or a backend that compiles
     nothing) the columns stay null."""
@@ -303,7 +319,7 @@ def compile_columns(spec: RunSpec, capture: compiles.Capture | None, measured: M
     capture.finish()
     columns = {
         "capture_compiles": True,
-        **compiles.run_columns(capture.events, measured.records),
+        **compiles.run_columns(capture.events, records),
         **capture.columns(),
     }
     for key in ("graph_break_ids", "recompile_causes", "missing_lowerings"):

@@ -48,10 +48,14 @@ def _events(results_dir: Path | str, run: dict[str, Any]) -> pd.DataFrame:
         raise BadInput(str(error)) from error
     if rows.empty:
         captured = _value(run, "capture_compiles")
-        why = {
-            False: "it ran with --no-capture-compiles",
-            None: "it ran before tpubench recorded them",
-        }.get(captured, f"its status is {run['status']}, and it recorded none")
+        if captured is False:
+            why = "it ran with --no-capture-compiles"
+        elif run["status"] != "ok":  # a run that ended early leaves no capture columns either
+            why = f"its status is {run['status']}: it ended before its capture recorded any"
+        elif captured is None:  # an ok run of a compiling backend without the columns: an older store
+            why = "it ran before tpubench recorded them"
+        else:
+            why = "its capture recorded none"
         raise BadInput(
             f"run {run['run_id']} has no compile events: {why}; `tpubench compiles {run['run_id']} --explain` "
             "re-runs it with the backend's own diagnostics"

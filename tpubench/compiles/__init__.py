@@ -104,6 +104,10 @@ class Capture:
         """Warm-up is over; with ``fail_on_recompile``, make any further compile an error
         where the backend can (Dynamo's stance, TorchTPU's cache-only mode)."""
 
+    def compile_refused(self, step: int, phase: str, error: BaseException) -> None:
+        """``--fail-on-recompile`` made the backend refuse a compile during ``step`` with
+        ``error``: record the refusal where the backend keeps no record of it."""
+
     def finish(self) -> None:
         """After the last step: turn what is left into events."""
 
@@ -150,6 +154,10 @@ class Captures(Capture):
     def after_warmup(self, fail_on_recompile: bool) -> None:
         for part in self.parts:
             part.after_warmup(fail_on_recompile)
+
+    def compile_refused(self, step: int, phase: str, error: BaseException) -> None:
+        for part in self.parts:
+            part.compile_refused(step, phase, error)
 
     def finish(self) -> None:
         for part in self.parts:

@@ -72,18 +72,24 @@ def is_limit_failure(fail_type: str | None, fail_reason: str | None) -> bool:
     return "limit" in text and ("recompile" in text or "cache_size" in text)
 
 
-def describe_stance_error(error: BaseException) -> str | None:
-    """Cause, user line and guard of the error Dynamo raises under the ``fail_on_recompile``
-    stance (whose own message names ``external_utils.inner`` for a compiled module); None
-    for any other error."""
+def _stance_guard(error: BaseException) -> tuple[str, str | None] | None:
+    """The failing guard and the user's line of the error Dynamo raises under the
+    ``fail_on_recompile`` stance (whose own message names ``external_utils.inner`` for a
+    compiled module); None for any other error."""
     text = str(error)
     if "fail_on_recompile" not in text:
         return None
     guards = [line.strip().removeprefix("- ") for line in text.splitlines() if line.strip().startswith("- ")]
-    reason = guards[0] if guards else _first_line(text)
     frames = [(frame.filename, frame.lineno or 0) for frame in traceback.extract_tb(error.__traceback__)]
-    where = user_source(frames) or "an unknown line"
-    return f"dynamo {reason_cause(reason.split(': ', 1)[-1], None)} at {where} ({reason})"
+    return (guards[0] if guards else _first_line(text)), user_source(frames)
+
+
+def describe_stance_error(error: BaseException) -> str | None:
+    """Cause, user line and guard of a ``fail_on_recompile`` stance error; None for any other error."""
+    if (found := _stance_guard(error)) is None:
+        return None
+    reason, where = found
+    return f"dynamo {reason_cause(reason.split(': ', 1)[-1], None)} at {where or 'an unknown line'} ({reason})"
 
 
 class _BreakLog(logging.Handler):
@@ -156,6 +162,25 @@ class DynamoCapture(Capture):
             import torch
 
             torch.compiler.set_stance("fail_on_recompile")
+
+    def compile_refused(self, step: int, phase: str, error: BaseException) -> None:
+        """The stance refused the compile, so Dynamo keeps no record of it: the refusal is
+        the run's last event (``compile_failed``), with the guard that failed and its line."""
+        if (found := _stance_guard(error)) is None:
+            return
+        reason, where = found
+        table_step, table_phase = step_phase(step, phase)
+        self.events.append(
+            Event(
+                event="compile_failed",
+                layer="dynamo",
+                step=table_step,
+                phase=table_phase,
+                cause=reason_cause(reason.split(": ", 1)[-1], None),
+                raw=f"refused by --fail-on-recompile: {reason}",
+                source=where,
+            )
+        )
 
     def finish(self) -> None:
         self._collect(self.step, self.phase)  # the --profile steps', if any
