@@ -175,6 +175,24 @@ def test_xla_compile_keeps_fallback_counts_across_dynamo_recompiles(
     accounted(row, events, "xla")
 
 
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("0/0: ___stack0 == 2.4869", "value_change"),
+        ("0/0: L['n'] == 7", "value_change"),
+        ("0/0: ___stack0 == False", "value_change"),  # a bool read on the host, as docs/compiles.md says
+        ("0/0: L['flag'] != None", "value_change"),
+        ("0/0: L['mode'] == 'train'", "value_change"),
+        ("0/0: tensor 'x' size mismatch at index 0. expected 8, actual 12", "shape_change"),
+        ("0/0: ___check_type_id(L['x'], 94251)", "other_guard"),
+    ],
+)
+def test_a_dynamo_guard_is_named_by_what_it_checks(reason: str, cause: str) -> None:
+    from tpubench.compiles.dynamo import reason_cause
+
+    assert reason_cause(reason, "forward") == cause
+
+
 def test_pt_xla_debug_blocks_parse_into_cause_hash_and_frames() -> None:
     text = "\n".join(
         [

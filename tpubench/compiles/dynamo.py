@@ -34,7 +34,8 @@ _CONTEXT_PREFIX = "tpubench:"
 _GB_LINK = re.compile(r"/gb/gb(\d{4})")
 _BREAK_AT = re.compile(r"in user code at (.+):(\d+)")
 _TRACEBACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-_VALUE_GUARD = re.compile(r"(==|!=)\s*-?\d")
+#: a guard on a Python value: a number, a bool (``___stack0 == False``), None or a string
+_VALUE_GUARD = re.compile(r"(==|!=)\s*(-?\d|True\b|False\b|None\b|['\"])")
 _SHAPE_GUARD = ("size mismatch", "stride mismatch", "dimensionality", "rank", "dim ", "shape")
 
 
