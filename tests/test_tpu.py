@@ -171,3 +171,59 @@ PRISTINE = (
     "print(json.dumps({'allow_rnn': d.config.allow_rnn, "
     "'trace_autograd_ops': getattr(d.config, 'trace_autograd_ops', None)}))"
 )
+
+
+MINE = """
+import torch
+
+
+def make_model():
+    return torch.nn.Linear(4, 2)
+
+
+def make_inputs(batch_size, generator, **dims):
+    return (torch.randn(batch_size, 4, generator=generator),)
+"""
+
+#: ``tpubench.bench`` in a user's script, up to its planning (``devices=[0]`` is refused
+#: there, after the model is resolved, so no run starts): what its process holds then
+API_CALL = """
+import os, sys, warnings
+import tpubench
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        tpubench.bench("mine.py:make_model", "mine.py:make_inputs", devices=[0])
+    except ValueError:
+        pass
+said = any("torch_tpu was loaded into this process" in str(w.message) for w in caught)
+print("torch" in sys.modules, "torch_tpu" in sys.modules, os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"),
+      os.environ.get("TPU_SKIP_MDS_QUERY"), said)
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [
+        # the API imports torch with autoload off, and gives the user's environment back
+        ("", ["True", "False", "None", "None", "False"]),
+        # the user's `import torch` loaded it first (its loader leaves the variable at 1): the dry run
+        # keeps off the metadata server, and the user is told
+        ("import torch\n", ["True", "True", "1", "1", "True"]),
+    ],
+)
+def test_the_python_api_keeps_torch_tpu_out_of_the_users_process(tmp_path: Path, first: str, expected: list) -> None:
+    """torch_tpu's entry point autoloads it with ``import torch``; in a user's process on a host
+    without a chip, the model's dry run (a backward) then polled the metadata server for minutes."""
+    (tmp_path / "mine.py").write_text(MINE)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "TPU_SKIP_MDS_QUERY")
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", first + API_CALL], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == expected

@@ -11,17 +11,61 @@ script again to find the factory.
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench.models import importable_from, model_ref, module_root, prepared, reference_of, resolve
+from tpubench.warning import TpubenchWarning
 
 if TYPE_CHECKING:
     import pandas as pd
 
 Factory = Callable[..., Any] | str
+
+#: torch's switch for its device-plugin autoload (the ``torch.backends`` entry points, torch_tpu's among them)
+AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+#: what a user's process can do about a torch_tpu that its own ``import torch`` loaded
+AUTOLOADED = (
+    "torch_tpu was loaded into this process by `import torch` (its `torch.backends` entry point autoloads "
+    "it): tpubench measures in its workers and needs no TorchTPU here, where it costs start-up time and, "
+    "on a TPU host, can hold the chip a tpu run needs; start Python with TORCH_DEVICE_BACKEND_AUTOLOAD=0 "
+    "(docs/install-and-backends.md)"
+)
+
+
+def _torch_without_device_plugins() -> None:
+    """Import torch, if this process has not, with device plugins' autoload off.
+
+    :func:`bench` imports torch here, in the user's process, to resolve the model and dry-run
+    it; torch_tpu's entry point would load TorchTPU with it, and on a host without a chip the
+    dry run's backward then polls the cloud metadata server for minutes. The variable is put
+    back after the import (torch reads it only then), so the user's own child processes keep
+    their environment; a value the user set is left alone."""
+    if "torch" in sys.modules or AUTOLOAD in os.environ:
+        return
+    os.environ[AUTOLOAD] = "0"
+    try:
+        import torch  # noqa: F401  (imported for its side effect: no plugin loads with it)
+    finally:
+        del os.environ[AUTOLOAD]
+
+
+def _quiet_autoloaded_torch_tpu() -> None:
+    """When the user's own ``import torch`` loaded torch_tpu before :func:`bench` could keep
+    it out, keep the dry run's backward (which starts the device runtime of every registered
+    backend) off the metadata server on a host without a chip, as tpubench's off-TPU
+    workers are (``TPU_SKIP_MDS_QUERY``), and say how to keep it out next time."""
+    if "torch_tpu" not in sys.modules:
+        return
+    from tpubench.backends.tpu import tpu_pci_devices
+
+    if not tpu_pci_devices():
+        os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    warnings.warn(AUTOLOADED, TpubenchWarning, stacklevel=3)
 
 
 def bench(
@@ -61,8 +105,11 @@ def bench(
     Bad input raises :class:`workloads.custom.ModelRefError` (a ``ValueError``) before
     anything runs.
     """
+    _torch_without_device_plugins()
+    _quiet_autoloaded_torch_tpu()
     import pandas as pd
 
+    from tpubench.models import importable_from, model_ref, module_root, prepared, reference_of, resolve
     from tpubench.runner import SuiteRunner, plan
 
     for given in (model_or_factory, inputs, loss):  # where the workers will import it from
