@@ -23,6 +23,7 @@ import pytest
 import torch
 from helpers import ROOT
 
+import tpubench
 import workloads
 from tpubench import TpubenchWarning, store
 from tpubench.analysis import changepoints, compare
@@ -364,6 +365,23 @@ def test_bench_names_a_factory_by_a_reference_a_worker_can_import(user_dir: Path
     ):
         with pytest.raises(ModelRefError, match=message):
             reference_of(bad, "model")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"devices": [0]}, "devices expects positive integers, got 0"),
+        ({"devices": 2}, "devices=2 needs parallel, the plan to split the run by: dp, fsdp, tp, fsdp_tp"),
+        ({"parallel": "bogus"}, "unknown parallel='bogus'; valid: none, dp, fsdp, tp, fsdp_tp"),
+        ({"backends": ["nope"]}, "unknown backend 'nope'; valid: cpu, "),
+    ],
+)
+def test_bench_refuses_bad_input_in_its_own_arguments_words(user_dir: Path, arguments: dict, message: str) -> None:
+    """A Python caller named ``devices=``, not the CLI's ``--devices``; an unknown backend is a
+    ValueError like the rest, not a KeyError. Refused before any run starts."""
+    with pytest.raises(ModelRefError) as refused:
+        tpubench.bench("my_model:make_model", "my_model:make_inputs", **arguments)
+    assert str(refused.value).startswith(message) and "--" not in str(refused.value)
 
 
 # --- identity in rows: MFU, pairing --------------------------------------------------------------

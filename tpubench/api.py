@@ -12,6 +12,7 @@ script again to find the factory.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tpubench.spec import PARALLEL_CHOICES, SCALING_CHOICES
 from tpubench.warning import TpubenchWarning
 
 if TYPE_CHECKING:
@@ -35,6 +37,30 @@ AUTOLOADED = (
     "on a TPU host, can hold the chip a tpu run needs; start Python with TORCH_DEVICE_BACKEND_AUTOLOAD=0 "
     "(docs/install-and-backends.md)"
 )
+
+
+#: the CLI's options whose argument of :func:`bench` has another name
+_ARGUMENTS = {"backend": "backends", "mode": "modes", "python": "pythons", "tag": "tags"}
+#: the options whose words are their values (``--parallel tp``), which read as ``parallel='tp'``
+_CHOICES = {"parallel": PARALLEL_CHOICES, "scaling": SCALING_CHOICES}
+_OPTION = re.compile(r"--([a-z][a-z-]*)(?: (\d+\b|'[^']*'|[a-z_]+\b))?")
+
+
+def api_words(message: str) -> str:
+    """A planning or model error, written in the CLI's words (``--devices 2 needs --parallel``),
+    in :func:`bench`'s: its arguments (``devices=2 needs parallel``), so that the fix it asks
+    for is one the caller can make."""
+
+    def argument(match: re.Match[str]) -> str:
+        name = match.group(1).replace("-", "_")
+        name, value = _ARGUMENTS.get(name, name), match.group(2)
+        if value is None:
+            return name
+        if value[0].isdigit() or value.startswith("'"):
+            return f"{name}={value}"
+        return f"{name}={value!r}" if value in _CHOICES.get(name, ()) else f"{name} {value}"
+
+    return _OPTION.sub(argument, message)
 
 
 def _torch_without_device_plugins() -> None:
@@ -102,8 +128,9 @@ def bench(
     ``tpubench run --devices`` does (docs/multi-device.md). ``options`` are the remaining
     :class:`tpubench.spec.RunSpec` settings (``steps``, ``warmup``, ``timeout_s``,
     ``verify``...). The rows are written to the store only when ``results`` names one.
-    Bad input raises :class:`workloads.custom.ModelRefError` (a ``ValueError``) before
-    anything runs.
+    Bad input (an unknown backend too) raises :class:`workloads.custom.ModelRefError` (a
+    ``ValueError``) before anything runs, naming these arguments (``devices=2 needs
+    parallel``), not the CLI's options.
     """
     _torch_without_device_plugins()
     _quiet_autoloaded_torch_tpu()
@@ -111,35 +138,42 @@ def bench(
 
     from tpubench.models import importable_from, model_ref, module_root, prepared, reference_of, resolve
     from tpubench.runner import SuiteRunner, plan
+    from workloads.custom.ref import ModelRefError
 
     for given in (model_or_factory, inputs, loss):  # where the workers will import it from
         if given is not None:
             importable_from(module_root(given) or Path.cwd())
-    ref = model_ref(
-        reference_of(model_or_factory, "model"),
-        inputs=reference_of(inputs, "inputs") if inputs is not None else None,
-        loss=reference_of(loss, "loss") if loss is not None else None,
-        config=model_config,
-        task=task,
-    )
-    workload = resolve(ref)
-    specs = plan(
-        [workload],
-        backends=backends,
-        modes=modes,
-        dtype=dtype,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        image_size=image_size,
-        latent_size=latent_size,
-        devices=devices,
-        parallel=parallel,
-        tp=tp,
-        scaling=scaling,
-        model_ref=ref.to_json(),
-        **options,
-    )
-    specs = prepared(workload, specs)
+    try:
+        ref = model_ref(
+            reference_of(model_or_factory, "model"),
+            inputs=reference_of(inputs, "inputs") if inputs is not None else None,
+            loss=reference_of(loss, "loss") if loss is not None else None,
+            config=model_config,
+            task=task,
+        )
+        workload = resolve(ref)
+        try:
+            specs = plan(
+                [workload],
+                backends=backends,
+                modes=modes,
+                dtype=dtype,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                image_size=image_size,
+                latent_size=latent_size,
+                devices=devices,
+                parallel=parallel,
+                tp=tp,
+                scaling=scaling,
+                model_ref=ref.to_json(),
+                **options,
+            )
+        except KeyError as error:  # an unknown backend: bad input, like the rest
+            raise ValueError(error.args[0]) from None
+        specs = prepared(workload, specs)
+    except ValueError as error:  # ModelRefError among them
+        raise ModelRefError(api_words(str(error))) from None
     with tempfile.TemporaryDirectory(prefix="tpubench-bench-") as scratch:
         runner = SuiteRunner(results_dir=results or scratch, pythons=dict(pythons or {}), tags=dict(tags or {}))
         rows = runner.run(specs)
