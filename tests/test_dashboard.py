@@ -487,6 +487,35 @@ def test_cli_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
             assert done.stderr.count("\n") == 1, done.stderr
 
 
+#: the dashboard run by AppTest in a process of the command's interpreter flags; what it imported
+APP_IN_PROCESS = """
+import sys
+from streamlit.testing.v1 import AppTest
+app = AppTest.from_file(sys.argv[1], default_timeout=120).run()
+print([element.value for element in app.exception], sys.modules["tpubench"].__file__)
+"""
+
+
+def test_the_dashboard_imports_its_own_packages_whatever_the_working_directory(tmp_path: Path) -> None:
+    """Started from the parent of a clone named ``tpubench``, ``python -m streamlit`` put that
+    folder first on sys.path, and it shadowed the package as a namespace without its names
+    (an ImportError on every page that imported one)."""
+    from tpubench.cli.dashboard import streamlit_command
+
+    (tmp_path / "tpubench" / "dashboard").mkdir(parents=True)  # a clone's folders, as a namespace package sees them
+    line = streamlit_command("127.0.0.1", 8501)
+    flags = line[1 : line.index("-m")]
+    # as installed (pip install -e): a package on PYTHONPATH would win over a namespace package anyway
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env[RESULTS_ENV] = str(tmp_path / "empty")
+    done = subprocess.run(
+        [line[0], *flags, "-c", APP_IN_PROCESS, str(APP)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    exceptions, imported = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert exceptions == "[]" and imported.endswith(os.path.join("tpubench", "__init__.py")), done.stdout
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -21,11 +21,19 @@ DEFAULT_PORT = 8501  # Streamlit's
 APP = Path(dashboard.__file__).resolve().parent / "app.py"
 
 
+#: ``-P``: ``python -m`` puts the working directory first on sys.path, where a folder named like
+#: one of the app's packages (the parent of a clone named ``tpubench``: a namespace package
+#: without its names) or a user's ``tpubench.py`` would be imported instead of the installed one
+PYTHON_FLAGS = ("-P",)
+
+
 def streamlit_command(address: str, port: int) -> list[str]:
     """The ``streamlit run`` line: no browser, no usage statistics, no file watching and no
-    developer menu (a served dashboard is not a development server)."""
+    developer menu (a served dashboard is not a development server); the interpreter keeps
+    the working directory off sys.path (:data:`PYTHON_FLAGS`)."""
     return [
         sys.executable,
+        *PYTHON_FLAGS,
         "-m",
         "streamlit",
         "run",
