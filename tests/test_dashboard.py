@@ -629,6 +629,29 @@ def test_pages_open_on_the_latest_invocation_with_something_to_show(serve, tmp_p
     assert "No run of this invocation compiled a graph" not in said
 
 
+def test_compare_opens_on_a_device_sweep_and_pairs_its_one_device_runs_with_plain_ones(serve, tmp_path: Path) -> None:
+    """A night of plain 1-device runs, then a ``--devices 1,2 --parallel fsdp`` sweep: the
+    sweep's 1-device runs are 1-device runs (tpubench.analysis.identity), so Compare opens on
+    the sweep against the plain night and pairs them, as Scaling takes them for N = 1; only the
+    2-device configuration, which the plain night did not run, is unpaired."""
+    results = tmp_path / "results"
+    started = pd.Timestamp("2026-11-01T02:00:00Z").to_pydatetime()
+    layouts = {
+        "inv-plain": [{}, {}],
+        "inv-sweep": [{"parallel": "fsdp", "scaling": "weak"}] * 2
+        + [{"devices": 2, "parallel": "fsdp", "scaling": "weak"}],
+    }
+    for day, (invocation, rows) in enumerate(layouts.items()):
+        writer = store.InvocationWriter(results, invocation, started + pd.Timedelta(days=day))
+        for index, layout in enumerate(rows):
+            when = started + pd.Timedelta(days=day, minutes=index)
+            writer.add(run_row(invocation_id=invocation, started_at=when, **layout))
+    app = serve(results, "Compare")
+    said = texts(app)
+    assert "--baseline 'invocation=inv-plain' --candidate 'invocation=inv-sweep'" in said, said
+    assert "nothing would pair" not in said and "1 configuration(s) ran on one side only" in said, said
+
+
 def test_ceilings_draws_each_kind_and_runs_show_mfu_of_the_measured_ceiling(serve, tmp_path: Path) -> None:
     """A store with a cpu ceilings sweep and a run: the Ceilings page's table and curves, and
     the Overview's cells of MFU against the measured matmul ceiling (the run's device and dtype)."""
