@@ -409,6 +409,19 @@ def test_scaling_prints_each_configuration_over_n_and_backends_at_equal_n(scalin
     )
 
 
+def test_scaling_of_a_sweep_without_tokens_reads_it_in_samples(tmp_path: Path) -> None:
+    """An image model's sweep has samples/s only: its table and the efficiency footnote say
+    samples/s (the footnote said tokens/s under a samples/s table)."""
+    images = {"workload": "resnet", "size": "50", "seq_len": None, "image_size": 224, "tokens_per_s": None}
+    rows = [
+        fsdp_weak(n, step, **images, tokens_per_s_per_device=None, samples_per_s_per_device=8 / (step / 1e3))
+        for n, step in ((1, 100.0), (2, 125.0))
+    ]
+    out = in_process("scaling --results", str(write_runs(tmp_path / "results", rows))).stdout
+    assert "samples/s/device" in out and "80.0%" in out
+    assert "efficiency: weak, samples/s per device at N / at the baseline" in out and "tokens/s" not in out
+
+
 def test_scaling_selects_runs_and_says_when_nothing_scales(scaling_store) -> None:
     results, _ = scaling_store
     done = in_process("scaling --json --select backend=tpu --results", str(results))

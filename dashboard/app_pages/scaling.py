@@ -82,9 +82,10 @@ def main() -> None:
     names = [ALL, *dict.fromkeys(report["configuration"])]
     chosen = st.selectbox("Configuration", names, key=state.bind("config", ALL, choices=names))
     shown = report if chosen == ALL else report[report["configuration"] == chosen]
+    note = scaling.efficiency_note(shown)
     st.caption(
-        "The latest run of each configuration at each N. Efficiency: weak scaling, tokens/s per device at N over "
-        "the same at the baseline; strong, speed-up x N0 / N. The baseline is the 1-device run of the configuration, "
+        f"The latest run of each configuration at each N. {note[:1].upper()}{note[1:]}. "
+        "The baseline is the 1-device run of the configuration, "
         "else the smallest N that ran. Collectives: time per device per step in collectives (the union of their "
         "intervals) as a share of the step; exposed: the part no compute overlapped."
     )
@@ -92,9 +93,7 @@ def main() -> None:
     left.plotly_chart(
         charts.scaling_chart(shown, "efficiency", "efficiency", "Scaling efficiency by N"), key="scaling-efficiency"
     )
-    throughput = (
-        "tokens_per_s_per_device" if shown["tokens_per_s_per_device"].notna().any() else "samples_per_s_per_device"
-    )
+    throughput = scaling.throughput_column(shown)
     right.plotly_chart(
         charts.scaling_chart(shown, throughput, SHOWN[throughput], f"{SHOWN[throughput]} by N"),
         key="scaling-throughput",

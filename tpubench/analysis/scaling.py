@@ -180,6 +180,24 @@ def throughput_per_device(row: Mapping[str, Any]) -> float | None:
     return tokens if tokens is not None else per_device(row, "samples_per_s_per_device")
 
 
+def throughput_column(rows: pd.DataFrame) -> str:
+    """The per-device throughput a configuration's table and chart show: tokens/s where its rows
+    have tokens, else samples/s (:func:`throughput_per_device`, which efficiency divides)."""
+    tokens = "tokens_per_s_per_device"
+    return tokens if tokens in rows and rows[tokens].notna().any() else "samples_per_s_per_device"
+
+
+def efficiency_note(report: pd.DataFrame) -> str:
+    """How efficiency is read, in the throughput the report's configurations show: a footnote
+    under samples/s tables that said tokens/s described a figure no table had."""
+    units = dict.fromkeys(
+        throughput_column(rows).removesuffix("_per_s_per_device") + "/s"
+        for _, rows in report.groupby("configuration", sort=False)
+    )
+    throughput = " or ".join(units) or "tokens/s"
+    return f"efficiency: weak, {throughput} per device at N / at the baseline; strong, speed-up x N0 / N"
+
+
 def mfu_per_device(flops_per_step: float, step_ms: float, devices: int, peak_flops_per_device: float) -> float:
     """MFU per device: global FLOPs / (step s x N x peak per device) (torchprime, torchtitan)."""
     return flops_per_step / (step_ms / 1e3 * devices * peak_flops_per_device)

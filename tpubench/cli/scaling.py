@@ -53,7 +53,8 @@ def _config_table(config: str, rows: pd.DataFrame) -> Table:
         else "baseline: none ran"
     )
     table = Table(title=f"{config}\n{baseline}", title_justify="left")
-    throughput = "tokens/s/device" if rows["tokens_per_s_per_device"].notna().any() else "samples/s/device"
+    column = scaling.throughput_column(rows)
+    throughput = column.removesuffix("_per_s_per_device") + "/s/device"
     for header in (
         "N",
         "status",
@@ -67,7 +68,6 @@ def _config_table(config: str, rows: pd.DataFrame) -> Table:
         "run",
     ):
         table.add_column(header, justify="left" if header in ("status", "run") else "right")
-    column = "tokens_per_s_per_device" if throughput.startswith("tokens") else "samples_per_s_per_device"
     for row in rows.astype(object).where(rows.notna(), None).to_dict("records"):
         table.add_row(
             str(row["devices"]) + (" *" if row["simulated"] else ""),
@@ -135,7 +135,7 @@ def show_scaling(
     if not cross.empty:
         console.print(_cross_table(cross))
     console.print(
-        "efficiency: weak, tokens/s per device at N / at the baseline; strong, speed-up x N0 / N. "
+        f"{scaling.efficiency_note(report)}. "
         "collectives: share of the step in collectives per device (exposed: not overlapped by compute)",
         highlight=False,
     )
