@@ -317,6 +317,15 @@ def test_run_details_of_an_ok_run_show_its_step_times(serve, results: Path) -> N
     assert measured["host_other_cpu_share"].endswith("%")
 
 
+def test_run_details_show_a_multi_device_runs_smallest_peak_in_gib(serve, tmp_path: Path) -> None:
+    """``peak_mem_bytes_min`` (the least-loaded device's peak) is bytes as ``peak_mem_bytes`` is;
+    it was shown as a bare count of bytes."""
+    row = run_row(devices=2, parallel="fsdp", scaling="weak", peak_mem_bytes=3 * 2**30, peak_mem_bytes_min=2 * 2**30)
+    app = serve(write_runs(tmp_path / "results", [row]), "Run details", run=row["run_id"])
+    measured = frames(app)[1].set_index("field")["value"]
+    assert (measured["peak_mem_bytes"], measured["peak_mem_bytes_min"]) == ("3.00 GiB", "2.00 GiB")
+
+
 def test_run_details_of_a_multi_device_run_show_its_layout(serve, results: Path) -> None:
     runs = runs_of(results)
     two = runs.loc[runs["devices"] == 2, "run_id"].iloc[-1]

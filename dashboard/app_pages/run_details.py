@@ -56,7 +56,7 @@ def shown_value(name: str, value: object) -> str:
         return f"{value:%Y-%m-%d %H:%M:%S} UTC"
     if isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
         return str(value)
-    if name.endswith("_bytes"):
+    if name.removesuffix("_min").endswith("_bytes"):  # peak_mem_bytes_min: the least-loaded device's peak
         return f"{value / 2**30:,.2f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"
     if name in SHARES:
         return f"{100 * value:.1f}%"
