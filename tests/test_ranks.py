@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from statistics import median
 
@@ -26,6 +27,7 @@ from parallel_losses import run as one_device
 
 from tpubench.analysis.steps import job_steps
 from tpubench.backends.base import DEFAULT_WORKER_ENV
+from tpubench.hostload import HostLoad, busy_warning
 from tpubench.launch import ranks
 from tpubench.launch.process import classify, run_worker, worker_env
 from tpubench.spec import RunSpec
@@ -181,6 +183,27 @@ def test_a_fsdp_run_merges_its_ranks_and_profiles_each(marked, tmp_path: Path) -
     assert any(category == "collective" for category in categories.values()), sorted(categories)
     copies = {category for op, category in categories.items() if "all_gather_copy" in op}
     assert copies == {"data movement"}, categories  # FSDP2's local copies around its all-gathers
+
+
+@pytest.mark.filterwarnings("ignore::tpubench.TpubenchWarning")  # no peak for the ranks' unnamed device
+def test_a_jobs_host_busy_warning_is_one_and_says_what_its_row_stores() -> None:
+    """Each rank measures the host over its own window and warned with its own share (78%,
+    76%) while the row kept rank 0's: the job's row has one warning, of the share it stores,
+    the most contended rank's (every rank waits for the slowest at each collective)."""
+    from tpubench.measure import StepRecord
+
+    def rank(share: float, *notes: str) -> dict:
+        phases = ["first", "warmup", "measure", "measure", "measure"]
+        steps = [asdict(StepRecord(index, phase, 10.0, 1.0, 0)) for index, phase in enumerate(phases)]
+        busy = [busy_warning(HostLoad(2.0, share))] if share > 0.2 else []
+        return {"status": "ok", "steps": steps, "warmup_steps": 1, "host_load_1m": 2.0,
+                "host_other_cpu_share": share, "warnings": "\n".join([*notes, *busy]) or None}  # fmt: skip
+
+    row = ranks.merge(spec_for("gpt2"), [rank(0.01, "a note of both ranks"), rank(0.35, "a note of both ranks")])
+    assert row["host_other_cpu_share"] == 0.35
+    assert row["warnings"].splitlines() == ["a note of both ranks", busy_warning(HostLoad(2.0, 0.35))]
+    quiet = ranks.merge(spec_for("gpt2"), [rank(0.01), rank(0.05)])
+    assert quiet["host_other_cpu_share"] == 0.05 and "host busy" not in (quiet["warnings"] or "")
 
 
 @pytest.mark.parametrize(

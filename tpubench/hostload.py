@@ -13,12 +13,16 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
 #: above this share of all CPUs used by other processes, a run's row gets a warning
 BUSY_SHARE = 0.2
+#: how the row's host-busy warning begins
+BUSY = "host busy: "
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,35 @@ def busy_warning(load: HostLoad) -> str | None:
     if not is_busy(load.other_cpu_share):
         return None
     return (
-        f"host busy: other processes used {100 * load.other_cpu_share:.0f}% of the CPUs while this run was "
+        f"{BUSY}other processes used {100 * load.other_cpu_share:.0f}% of the CPUs while this run was "
         f"measured (load average {load.load_1m:.1f}); its step times may be inflated"
     )
+
+
+def job_load(ranks: Sequence[Mapping[str, Any]]) -> HostLoad | None:
+    """A multi-rank job's host load, from its ranks' results: the most contended rank's. Each
+    rank measures its own window, and every rank waits for the slowest at each collective,
+    so the job was as contended as its most contended rank. None when no rank measured it."""
+    loads = [
+        HostLoad(rank["host_load_1m"], rank["host_other_cpu_share"])
+        for rank in ranks
+        if rank.get("host_load_1m") is not None and rank.get("host_other_cpu_share") is not None
+    ]
+    return max(loads, key=lambda load: load.other_cpu_share, default=None)
+
+
+def job_columns(ranks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The job's row columns of host load and its warnings: the ranks' warnings, each once,
+    with their host-busy warnings (one per rank, each of its own window) replaced by the
+    job's one, which says what ``host_other_cpu_share`` stores (:func:`job_load`)."""
+    load = job_load(ranks)
+    notes = dict.fromkeys(
+        line for rank in ranks for line in (rank.get("warnings") or "").splitlines() if not line.startswith(BUSY)
+    )
+    if load is not None and (busy := busy_warning(load)):
+        notes[busy] = None
+    return {
+        "host_load_1m": load.load_1m if load else None,
+        "host_other_cpu_share": load.other_cpu_share if load else None,
+        "warnings": "\n".join(notes) or None,
+    }

@@ -27,6 +27,7 @@ from tpubench.analysis.collectives import busbw_factor
 from tpubench.ceilings import COLLECTIVES, ITEMSIZE, CeilingSpec, collective_sizes, family, size_label
 from tpubench.ceilings.device import DeviceFacts
 from tpubench.ceilings.timing import Samples, failed_point, point_columns, sample
+from tpubench.hostload import job_columns
 from tpubench.parallel import PROCESS_FAMILIES
 
 
@@ -111,8 +112,7 @@ def merge(spec: CeilingSpec, ranks: list[dict[str, Any]]) -> dict[str, Any]:
             )
             row |= bandwidth_columns(row["op"], spec.devices, row["size_bytes"], slowest)
         points.append(row)
-    notes = dict.fromkeys(line for r in ranks for line in (r.get("warnings") or "").splitlines())
-    return {**base, "points": points, "warnings": "\n".join(notes) or None}
+    return {**base, "points": points, **job_columns(ranks)}  # one host load and host-busy warning for the sweep
 
 
 def bandwidth_columns(op: str, group: int, size: int, samples: Samples) -> dict[str, Any]:

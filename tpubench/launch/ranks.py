@@ -40,6 +40,7 @@ from tpubench import worker
 from tpubench.backends import get_backend
 from tpubench.ceilings import CeilingSpec
 from tpubench.energy import NVML
+from tpubench.hostload import job_columns
 from tpubench.launch import hosts
 from tpubench.measure import Measurement, StepRecord
 from tpubench.memory import PART_COLUMNS
@@ -479,7 +480,6 @@ def merge(spec: RunSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
     records = slowest_records(results)
     measured = merged_measurement(results, records)
     row = base | worker.timing_columns(measured)
-    row["host_load_1m"], row["host_other_cpu_share"] = base.get("host_load_1m"), base.get("host_other_cpu_share")
 
     workload = worker.workload_for(spec)
     config = workload.config(spec.size)
@@ -498,14 +498,13 @@ def merge(spec: RunSpec, results: list[dict[str, Any]]) -> dict[str, Any]:
     medians = [float(np.median([s["step_ms"] for s in r["steps"] if s["phase"] == "measure"])) for r in results]
     peaks = [r["peak_mem_bytes"] for r in results if r.get("peak_mem_bytes") is not None]
     metrics["rank_median_step_ms"] = medians
-    notes = dict.fromkeys(line for r in results for line in (r.get("warnings") or "").splitlines())
     return {
         **row,
+        **job_columns(results),  # one host load and one host-busy warning for the job
         "rank_skew_pct": (max(medians) - min(medians)) / float(np.median(medians)) * 100,
         "peak_mem_bytes": max(peaks) if peaks else None,
         "peak_mem_bytes_min": min(peaks) if peaks else None,
         "backend_metrics": json.dumps(metrics, sort_keys=True),
-        "warnings": "\n".join(notes) or None,
         "steps": [{**step, "rank": index} for index, r in enumerate(results) for step in r["steps"]],
         **memory_merge(results),
         **energy_merge(results),
