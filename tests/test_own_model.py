@@ -224,6 +224,26 @@ def test_an_interpreter_that_cannot_import_the_model_gives_unavailable_rows_nami
         (["--inputs", "my_model:make_inputs"], "--inputs describe(s) a model of yours: add --model"),
         (["--model", "my_model.py:make_model", "--model-config", "hidden"], "--model-config expects KEY=VALUE"),
         (["--workload-module", "no_such_plugin"], "workload module no_such_plugin does not import"),
+        *(
+            (
+                ["--model", "hf:bert", "--model-config", given],
+                f"{field} of bert's BertConfig is a count; valid: an integer >= 1",
+            )
+            for field, given in (
+                ("hidden_size", "hidden_size=abc"),
+                ("hidden_size", "hidden_size=null"),
+                ("num_hidden_layers", "num_hidden_layers=1.5"),
+                ("num_hidden_layers", "num_hidden_layers=-1"),
+            )
+        ),
+        (
+            ["--model", "hf:bert", "--model-config", "layer_norm_eps=abc"],
+            "is not a valid BertConfig: Validation error for field 'layer_norm_eps'",
+        ),
+        (
+            ["--model", "my_model.py:make_model", "--model-config", "hidden=128,hidden=64"],
+            "gives hidden 2 times (hidden=128, hidden=64); give each key once",
+        ),
     ],
 )
 def test_bad_model_input_is_one_error_line_and_exit_2(

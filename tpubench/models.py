@@ -83,7 +83,7 @@ def model_ref(
     absolute) or ``hf:org/name`` (a hub id in the local cache) is the Hugging Face route;
     anything else is a factory, ``pkg.mod:make_model`` or ``path/to/file.py:make_model``.
     """
-    overrides = parse_overrides(config) if isinstance(config, str) or config is None else _pairs(config)
+    overrides = once_each(parse_overrides(config) if isinstance(config, str) or config is None else _pairs(config))
     if model.startswith(HF_PREFIX):
         target = model[len(HF_PREFIX) :].strip()
         if not target:
@@ -105,6 +105,20 @@ def model_ref(
         loss=callable_ref(loss, "--loss") if loss else None,
         overrides=overrides,
     )
+
+
+def once_each(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``pairs`` as they are, unless a key comes twice: which value the model would get is a
+    guess (the last one), so ``hidden=128,hidden=64`` is refused rather than half kept."""
+    values: dict[str, list[str]] = {}
+    for key, value in pairs:
+        values.setdefault(key, []).append(value)
+    if twice := {key: given for key, given in values.items() if len(given) > 1}:
+        said = "; ".join(
+            f"{key} {len(given)} times ({', '.join(f'{key}={v}' for v in given)})" for key, given in twice.items()
+        )
+        raise ModelRefError(f"--model-config gives {said}; give each key once")
+    return pairs
 
 
 def _pairs(config: Iterable[tuple[str, Any]] | dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -16,6 +16,7 @@ import difflib
 import inspect
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ SYNONYMS = {
 SHORT_NAMES = {"text-generation": "causal-lm", "fill-mask": "masked-lm", "text2text-generation": "seq2seq-lm"}
 #: ``--model-config`` keys that choose an implementation rather than set a config field
 BUILD_OPTIONS = ("attn_implementation", "experts_implementation")
+#: fields that count or size something (``num_hidden_layers``, ``n_embd``, ``intermediate_size``)
+COUNT_FIELD = re.compile(r"^(?:num|n)_|_(?:size|layers|heads|dim)$|^d_(?:model|ff|kv)$")
 MASKED_SHARE = 0.15
 TEXT_SHAPES = {"cpu": (2, 128), "cuda": (8, 1024), "tpu": (8, 1024)}
 IMAGE_BATCHES = {"cpu": 2, "cuda": 32, "tpu": 32}
@@ -103,8 +106,16 @@ def load_config(target: str, overrides: dict[str, Any]) -> Any:
         )
     config_class = CONFIG_MAPPING[model_type]
     fields = {k: v for k, v in saved.items() if k != "model_type"}
-    check_keys(config_class(**fields), options, target)
-    return config_class(**{**fields, **options})
+    base = config_class(**fields)
+    check_keys(base, options, target)
+    check_counts(base, options, target)
+    try:
+        return config_class(**{**fields, **options})
+    except Exception as error:  # transformers' own checks of a field's type, or of fields together
+        said = ",".join(f"{key}={value!r}" for key, value in options.items())
+        raise ModelRefError(
+            f"--model-config {said} is not a valid {config_class.__name__}: {one_line(error)}"
+        ) from error
 
 
 def read_config_dict(folder: str, target: str) -> dict[str, Any]:
@@ -129,6 +140,20 @@ def check_keys(config: Any, options: dict[str, Any], target: str) -> None:
             f"--model-config for {target} has keys its {type(config).__name__} does not: {said}; "
             f"it has {', '.join(sorted(k for k in known if not k.startswith('_')))}"
         )
+
+
+def check_counts(config: Any, options: dict[str, Any], target: str) -> None:
+    """A count or a size (a field named so, ``num_hidden_layers``, ``hidden_size``, ``n_head``,
+    whose default is a positive integer) takes a positive integer: transformers builds
+    ``range(-1)`` layers without a word, and a run of that model measures nothing."""
+    for key, value in options.items():
+        default = getattr(config, key, None)
+        counts = isinstance(default, int) and not isinstance(default, bool) and default >= 1
+        if counts and COUNT_FIELD.search(key) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ModelRefError(
+                f"--model-config {key}={value!r}: {key} of {target}'s {type(config).__name__} is a count; "
+                f"valid: an integer >= 1 (its default is {default})"
+            )
 
 
 def servable_tasks(config: Any) -> list[str]:
