@@ -52,6 +52,15 @@ def make_frozen():
     return model
 
 
+def make_unseeded():
+    import random
+
+    model = make_model()
+    with torch.no_grad():
+        model[0].weight.fill_(random.random())
+    return model
+
+
 def not_a_model():
     return 42
 
@@ -212,6 +221,7 @@ def test_an_interpreter_that_cannot_import_the_model_gives_unavailable_rows_nami
         (["--model", "missing.py:make_model"], "no such file 'missing.py'"),
         (["--model", "my_model.py"], "expected MODULE:FUNCTION or path/to/file.py:FUNCTION"),
         (["--model", "my_model.py:make_model"], "no inputs"),
+        (["--model", "my_model.py:make_unseeded", "--inputs", "my_model.py:make_inputs"], "draws unseeded weights"),
         (["--model", "hf:./no/such/dir"], "no such directory"),
         (["--model", "hf:not_a_model_type"], "unknown model_type 'not_a_model_type'"),
         (["--model", "hf:nobody/not-cached"], "not in the local Hugging Face cache"),

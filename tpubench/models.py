@@ -177,11 +177,12 @@ def resolve(ref: ModelRef) -> Workload:
 
 def prepared(workload: Workload, specs: list[RunSpec]) -> list[RunSpec]:
     """``specs`` of a user's model, each dry-run here at its shape and mode (a config that
-    cannot run, such as a bare T5 without ``decoder_start_token_id``, is a ModelRefError
-    before any run) and given the model's hash."""
+    cannot run, such as a bare T5 without ``decoder_start_token_id``, or a factory whose
+    weights are unseeded, is a ModelRefError before any run) and given the model's hash."""
     from workloads import Shape
-    from workloads.custom import dry_run
+    from workloads.custom import check_seeded, dry_run
 
+    check_seeded(workload)
     config = workload.config(workload.default_size)
     done = []
     for spec in specs:

@@ -124,6 +124,17 @@ def build_checked(model: CustomModel) -> nn.Module:
     return built
 
 
+def check_seeded(workload: Workload) -> None:
+    """Refuse a factory that draws unseeded weights before any run, as bad input: its two
+    builds from one seed are compared here, in the planning process, where otherwise every
+    worker would find the same thing and the invocation would end in failed rows."""
+    model = workload.config(workload.default_size)
+    if isinstance(model, CustomModel) and model.check_determinism:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            build_checked(model)
+
+
 def batch_on(model: CustomModel, shape: Shape, device: torch.device | str) -> Batch:
     return {k: v.to(device) for k, v in model.make_batch(shape, torch.Generator().manual_seed(0)).items()}
 
