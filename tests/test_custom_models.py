@@ -19,7 +19,7 @@ from helpers import tpubench
 
 import workloads
 from tpubench import store
-from workloads.base import Shape
+from workloads.base import DIMENSIONS, Shape
 from workloads.custom import ModelRef, ModelRefError, dry_run, resolve
 from workloads.llm import gpt2, llama3
 
@@ -51,6 +51,10 @@ def make_model(width=16, with_loss=False):
 
 def make_inputs(batch_size, generator, seq_len=12):
     return {"tokens": torch.randint(0, 64, (batch_size, seq_len), generator=generator)}
+
+
+def make_any_inputs(batch_size, generator, **dims):
+    return {"tokens": torch.randint(0, 64, (batch_size, dims.get("seq_len", 5)), generator=generator)}
 
 
 class Plain(nn.Module):
@@ -164,6 +168,15 @@ def test_the_outputs_own_loss_is_used_and_a_changed_source_changes_the_hash(fact
     before = config.model_hash
     factory_file.write_text(factory_file.read_text() + "\n# edited\n")
     assert resolve(ref).config("default").model_hash != before
+
+
+def test_make_inputs_gets_the_dimensions_given_through_its_dims(factory_file: Path) -> None:
+    workload = resolve(factory(factory_file, inputs=f"{factory_file}:make_any_inputs"))
+    assert workload.dims == DIMENSIONS  # **dims takes any dimension...
+    assert workload.shape_for("cpu") == Shape(2)  # ...and none reaches it unless given
+    config = workload.config("default")
+    assert workload.make_batch(config, workload.shape("cpu", 3, seq_len=7), torch.Generator())["tokens"].shape == (3, 7)
+    assert workload.make_batch(config, workload.shape("cpu"), torch.Generator())["tokens"].shape == (2, 5)
 
 
 def test_get_example_inputs_fixes_the_batch(factory_file: Path) -> None:

@@ -52,6 +52,10 @@ def make_frozen():
     return model
 
 
+def make_flat_inputs(batch_size, generator):
+    return (torch.randn(batch_size, 16, generator=generator),)
+
+
 def make_unseeded():
     import random
 
@@ -221,6 +225,11 @@ def test_an_interpreter_that_cannot_import_the_model_gives_unavailable_rows_nami
         (["--model", "missing.py:make_model"], "no such file 'missing.py'"),
         (["--model", "my_model.py"], "expected MODULE:FUNCTION or path/to/file.py:FUNCTION"),
         (["--model", "my_model.py:make_model"], "no inputs"),
+        (
+            ["--model", "my_model.py:make_model", "--inputs", "my_model.py:make_flat_inputs", "--image-size", "64"],
+            "make_model: make_flat_inputs(batch_size, generator) takes no dimension; "
+            "name the dimension among its parameters, or take **dims",
+        ),
         (["--model", "my_model.py:make_unseeded", "--inputs", "my_model.py:make_inputs"], "draws unseeded weights"),
         (["--model", "hf:./no/such/dir"], "no such directory"),
         (["--model", "hf:not_a_model_type"], "unknown model_type 'not_a_model_type'"),

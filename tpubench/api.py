@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpubench.models import importable_from, model_ref, module_root, prepared, reference_of, resolve
+from tpubench.models import (
+    check_dims,
+    importable_from,
+    model_ref,
+    module_root,
+    prepared,
+    reference_of,
+    resolve,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,6 +84,7 @@ def bench(
         task=task,
     )
     workload = resolve(ref)
+    check_dims(workload, {"seq_len": seq_len, "image_size": image_size, "latent_size": latent_size})
     specs = plan(
         [workload],
         backends=backends,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,6 +173,20 @@ def resolve(ref: ModelRef) -> Workload:
     from workloads.custom import resolve as resolve_ref
 
     return resolve_ref(ref)
+
+
+def check_dims(workload: Workload, given: Mapping[str, Any]) -> None:
+    """A dimension given (``--image-size``) that a user's model's inputs do not take is a
+    ModelRefError naming what they take and how to take more (``make_inputs``'s signature),
+    where the planner's own message could only name the registered workloads taking it."""
+    from workloads.base import DIMENSIONS
+    from workloads.custom.workload import CustomModel
+
+    model = workload.config(workload.default_size)
+    unknown = [name for name in DIMENSIONS if given.get(name) is not None and name not in workload.dims]
+    if unknown and isinstance(model, CustomModel):
+        options = ", ".join("--" + name.replace("_", "-") for name in unknown)
+        raise ModelRefError(f"{options} does not apply to {workload.name}: {model.takes}")
 
 
 def prepared(workload: Workload, specs: list[RunSpec]) -> list[RunSpec]:

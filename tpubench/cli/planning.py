@@ -216,7 +216,7 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     (``--suite mlperf``: those matching an MLPerf reference), or its default size. A user's
     model is dry-run at each planned shape and mode, here in the main process.
     """
-    from tpubench.models import prepared
+    from tpubench.models import check_dims, prepared
     from workloads import suite_sizes
 
     sizes: list[str] | dict[str, list[str] | None] = choice.sizes
@@ -225,6 +225,8 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     if choice.model_ref:
         options["model_ref"] = choice.model_ref
     try:
+        if choice.model_ref:
+            check_dims(choice.workloads[0], options)
         specs = plan(
             choice.workloads,
             sizes=sizes,

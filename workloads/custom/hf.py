@@ -224,6 +224,7 @@ def hf_model(ref: ModelRef) -> CustomModel:
         loss=feed.loss,
         forward=feed.forward,
         dims=feed.dims,
+        takes=f"{model_class.__name__}'s inputs take {', '.join(feed.dims)} only",
         default_shape=feed.default_shape(),
         identity=f"{identity}|{task}|{sorted(options.items())}",
         loss_source=lambda: "synthesised: mean of outputs" if task == "feature-extraction" else "model .loss",

@@ -73,6 +73,7 @@ class CustomModel:
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     forward: Callable[[nn.Module, Batch], Any]
     dims: tuple[str, ...]
+    takes: str  # what its inputs take, and how to give them more: said when a dimension does not apply
     default_shape: Mapping[str, Shape]
     identity: str  # what the model is: config or source, and overrides (hashed into model_hash)
     loss_source: Callable[[], str]  # after a train step has run: which loss it used
