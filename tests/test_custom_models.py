@@ -248,6 +248,59 @@ def test_a_model_that_does_not_build_on_meta_is_counted_on_the_cpu_and_scaled(tm
     train_and_infer(workload)
 
 
+OFF_META = """
+import torch
+from torch import nn
+
+
+class Normed(nn.Module):
+    \"\"\"BatchNorm (no training step at batch 1) and a host read (no step on meta).\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return self.norm(self.proj(x)) / float(x.abs().max())
+
+
+class Batch3(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.shape[0] != 3 or float(x.abs().max()) < 0:
+            raise ValueError(f"takes a batch of 3, not {x.shape[0]}")
+        return self.proj(x)
+
+
+def make_inputs(batch_size, generator):
+    return (torch.randn(batch_size, 8, generator=generator),)
+"""
+
+
+def test_a_model_that_cannot_train_at_batch_1_is_counted_at_the_runs_batch(tmp_path: Path) -> None:
+    path = tmp_path / "off_meta.py"
+    path.write_text(OFF_META)
+    normed = resolve(ModelRef("factory", f"{path}:Normed", inputs=f"{path}:make_inputs"))
+    config = normed.config("default")
+    dry_run(normed, Shape(4), "train")
+    # the step's matmuls: the forward, and the weight's gradient (the input needs none)
+    assert normed.flops(config, Shape(4), "train") == 2 * (2 * 4 * 8 * 8) == 2 * normed.flops(config, Shape(2), "train")
+    assert normed.row_columns(config, Shape(4), "train")["flops_source"] == "counted"
+    with pytest.raises(ModelRefError, match=r"fails its first train step at batch_size=1: ValueError: Expected more"):
+        dry_run(normed, Shape(1), "train")
+    batch3 = resolve(ModelRef("factory", f"{path}:Batch3", inputs=f"{path}:make_inputs"))
+    with pytest.raises(ModelRefError) as refused:  # each failure names the batch it happened at
+        dry_run(batch3, Shape(4), "infer")
+    assert str(refused.value).endswith(
+        "at batch_size=4: ValueError: takes a batch of 3, not 4 "
+        "(at batch_size=1: ValueError: takes a batch of 3, not 1)"
+    )
+
+
 def hf(target: str, overrides: tuple = (), task: str | None = None) -> workloads.Workload:
     return resolve(ModelRef("hf", target, overrides=overrides, task=task))
 
