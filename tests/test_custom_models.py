@@ -368,7 +368,16 @@ def test_a_local_config_folder_is_a_model(tmp_path: Path) -> None:
     AutoConfig.for_model("bert", **{k: int(v) for k, v in BERT_OVERRIDES}).save_pretrained(tmp_path)
     workload = hf(str(tmp_path), (("num_hidden_layers", "1"),))
     assert workload.build_model(workload.config("default")).config.num_hidden_layers == 1
-    assert workload.name == f"hf:{tmp_path}"
+    assert workload.name == f"hf:{tmp_path.name}(masked-lm,num_hidden_layers=1)"  # a folder by its name
+
+
+def test_an_hf_models_stored_reference_holds_its_task_and_only_the_config_that_differs() -> None:
+    workload = hf("bert", (*BERT_OVERRIDES, ("hidden_act", "gelu")))
+    ref = workload.config("default").ref
+    assert ref.task == "masked-lm" and ref.overrides == BERT_OVERRIDES  # gelu is BertConfig's default
+    assert workload.name == "hf:bert(masked-lm," + ",".join(f"{key}={value}" for key, value in BERT_OVERRIDES) + ")"
+    same = hf("bert", BERT_OVERRIDES, task="fill-mask").config("default")
+    assert same.ref == ref and same.model_hash == workload.config("default").model_hash
 
 
 def test_uncounted_matmuls_are_reported_not_hidden() -> None:

@@ -24,6 +24,7 @@ from tpubench.models import (
     prepared,
     reference_of,
     resolve,
+    stored_ref,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def bench(
         parallel=parallel,
         tp=tp,
         scaling=scaling,
-        model_ref=ref.to_json(),
+        model_ref=stored_ref(workload),
         **options,
     )
     specs = prepared(workload, specs)

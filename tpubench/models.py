@@ -175,6 +175,13 @@ def resolve(ref: ModelRef) -> Workload:
     return resolve_ref(ref)
 
 
+def stored_ref(workload: Workload) -> str:
+    """The JSON of a user's model's reference as its runs carry it and its rows store it: the
+    overrides that differ from the defaults, and the task the model serves (the same model
+    as the reference given, which labels then show by what sets it apart)."""
+    return workload.config(workload.default_size).ref.to_json()
+
+
 def check_dims(workload: Workload, given: Mapping[str, Any]) -> None:
     """A dimension given (``--image-size``) that a user's model's inputs do not take is a
     ModelRefError naming what they take and how to take more (``make_inputs``'s signature),

@@ -113,7 +113,7 @@ def custom_model(
 ) -> CustomModel | None:
     """``--model`` and its companions as a resolved workload (None without ``--model``), which
     runs on its own: with ``--suite`` or ``--workload`` too it is an error."""
-    from tpubench.models import model_ref, resolve
+    from tpubench.models import model_ref, resolve, stored_ref
     from workloads.custom.ref import ModelRefError
 
     if model is None:
@@ -136,8 +136,8 @@ def custom_model(
             "(run those in a separate invocation)"
         )
     try:
-        ref = model_ref(model, inputs=inputs, loss=loss, config=model_config, task=task)
-        return CustomModel(resolve(ref), ref.to_json())
+        workload = resolve(model_ref(model, inputs=inputs, loss=loss, config=model_config, task=task))
+        return CustomModel(workload, stored_ref(workload))
     except ModelRefError as error:
         raise BadInput(str(error)) from error
 

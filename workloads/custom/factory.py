@@ -16,14 +16,16 @@ float32 inputs.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from workloads.base import DIMENSIONS, Batch, Shape
-from workloads.custom.loading import load_function, one_line, parse_overrides, source_digest
+from workloads.custom.loading import load_function, one_line, parse_overrides, same_value, source_digest
 from workloads.custom.ref import ModelRef, ModelRefError
 from workloads.custom.workload import CustomModel, dtype_of
 
@@ -80,8 +82,9 @@ def factory_model(ref: ModelRef) -> CustomModel:
         return mean_of_outputs(out, ref)
 
     functions = [f for f in (make_model, make_inputs, user_loss) if f is not None]
+    references = (ref.target, ref.inputs, ref.loss)
     return CustomModel(
-        ref=ref,
+        ref=without_defaults(make_model, ref, overrides),
         family="custom",
         description=f"{type(probe).__name__} from {ref.target}",
         build=build,
@@ -91,10 +94,42 @@ def factory_model(ref: ModelRef) -> CustomModel:
         dims=inputs.dims,
         takes=inputs.takes,
         default_shape=inputs.default_shape(),
-        identity=f"{source_digest(functions)}|{sorted(overrides.items())}|{ref.inputs}|{ref.loss}",
+        identity=json.dumps(
+            {
+                "source": source_digest(functions),
+                "functions": [reference.rpartition(":")[2] if reference else None for reference in references],
+                "config": effective_config(make_model, overrides),
+            },
+            sort_keys=True,
+            default=lambda value: type(value).__qualname__,  # an object's repr may hold its address
+        ),
         loss_source=lambda: LOSS_SOURCES[seen.get("source", "user" if user_loss else "model")],
         check_determinism=True,
     )
+
+
+def without_defaults(make_model: Callable[..., Any], ref: ModelRef, overrides: dict[str, Any]) -> ModelRef:
+    """``ref`` less the overrides equal to ``make_model``'s defaults: it names the same model,
+    and the labels drawn from it show only what differs from the defaults."""
+    try:
+        parameters = inspect.signature(make_model).parameters
+    except (TypeError, ValueError):
+        return ref
+    empty = inspect.Parameter.empty
+    defaults = {key: getattr(parameters.get(key), "default", empty) for key in overrides}
+    kept = tuple((key, text) for key, text in ref.overrides if not same_value(defaults[key], overrides[key]))
+    return replace(ref, overrides=kept)
+
+
+def effective_config(make_model: Callable[..., Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``make_model`` builds with: the overrides and its defaults for the rest,
+    so that ``hidden=64`` given and ``hidden=64`` by default are one model."""
+    try:
+        bound = inspect.signature(make_model).bind_partial(**overrides)
+    except (TypeError, ValueError):  # no signature to read, or one the overrides miss: build() says which
+        return dict(overrides)
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def probe_model(build: Callable[[], nn.Module], ref: ModelRef) -> nn.Module:

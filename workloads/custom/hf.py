@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from workloads.base import Batch, Shape
-from workloads.custom.loading import one_line, parse_overrides
+from workloads.custom.loading import one_line, parse_overrides, same_value
 from workloads.custom.ref import ModelRef, ModelRefError
 from workloads.custom.workload import CustomModel, GenerationSteps, dtype_of
 
@@ -71,10 +72,11 @@ def canonical_task(task: str) -> str:
     return name
 
 
-def load_config(target: str, overrides: dict[str, Any]) -> Any:
+def load_config(target: str, overrides: dict[str, Any]) -> tuple[Any, Any]:
     """The config ``target`` names, built with the overrides (a config derives fields such as
     ``head_dim`` in its constructor, so they are passed there, never set afterwards): a local
-    folder, a hub id already in the local cache, or a ``model_type``."""
+    folder, a hub id already in the local cache, or a ``model_type``; and the config as it
+    is without them (the defaults the overrides are told apart from)."""
     from transformers import PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -110,7 +112,7 @@ def load_config(target: str, overrides: dict[str, Any]) -> Any:
     check_keys(base, options, target)
     check_counts(base, options, target)
     try:
-        return config_class(**{**fields, **options})
+        return config_class(**{**fields, **options}), base
     except Exception as error:  # transformers' own checks of a field's type, or of fields together
         said = ",".join(f"{key}={value!r}" for key, value in options.items())
         raise ModelRefError(
@@ -198,8 +200,13 @@ def hf_model(ref: ModelRef) -> CustomModel:
     import transformers
 
     overrides = parse_overrides(ref.overrides)
-    config = load_config(ref.target, overrides)
+    config, defaults = load_config(ref.target, overrides)
     task = choose_task(config, ref.task, ref.target)
+    changed = tuple(
+        (key, text)
+        for key, text in ref.overrides
+        if key in BUILD_OPTIONS or not same_value(getattr(defaults, key, None), overrides[key])
+    )
     auto = getattr(transformers, TASKS[task][0])
     model_class = auto._model_mapping[type(config)]
     options = {k: v for k, v in overrides.items() if k in BUILD_OPTIONS}
@@ -216,7 +223,7 @@ def hf_model(ref: ModelRef) -> CustomModel:
     )
     static_cache = task == "text-generation" and getattr(model_class, "_can_compile_fullgraph", False)
     return CustomModel(
-        ref=ref,
+        ref=replace(ref, overrides=changed, task=SHORT_NAMES.get(task, task)),
         family=config.model_type,
         description=f"Hugging Face {model_class.__name__} ({task}) from its config, random weights",
         build=build,

@@ -66,7 +66,7 @@ class CustomModel:
     """The config object of a custom workload's one size ("default"): how to build the model,
     make its batch and run it, what it is (``identity``), and the counts made so far."""
 
-    ref: ModelRef
+    ref: ModelRef  # as it is stored: the overrides that differ from the defaults, and the task served
     family: str
     description: str
     build: Callable[[], nn.Module]  # on the CPU, under the caller's seed and default dtype
@@ -340,7 +340,7 @@ def row_columns(model: CustomModel, shape: Shape, mode: str) -> dict[str, Any]:
 def workload_for(model: CustomModel) -> Workload:
     """The :class:`workloads.Workload` of a custom model: one size, "default"."""
     return Workload(
-        name=model.ref.label,
+        name=model.ref.name,
         suites=("custom",),
         family=model.family,
         description=model.description,
