@@ -33,8 +33,9 @@ from tpubench.models import importable_from, model_ref, prepared, reference_of, 
 from tpubench.report import summary_table
 from tpubench.runner import SuiteRunner, plan
 from tpubench.schema import RUNS, STEPS
-from tpubench.spec import model_label
-from tpubench.worker import throughput_columns
+from tpubench.spec import RunSpec, model_label
+from tpubench.worker import identity_columns, throughput_columns
+from workloads.base import Shape
 from workloads.custom import ModelRefError, resolve
 
 MY_MODEL = """
@@ -54,6 +55,10 @@ def make_frozen():
     model = make_model()
     model[0].weight.requires_grad_(False)
     return model
+
+
+def make_attention_inputs(batch_size, generator, seq_len=4):
+    return (torch.randn(batch_size, seq_len, 8, generator=generator),)
 
 
 def make_flat_inputs(batch_size, generator):
@@ -426,6 +431,32 @@ def test_an_incomplete_flop_count_gives_no_mfu(tmp_path: Path) -> None:
     assert [str(w.message) for w in caught if w.category is TpubenchWarning] == [
         'MFU left null: the FLOP count missed ops ["aten._grouped_mm"]'
     ]
+
+
+def test_attention_flops_is_null_for_a_model_without_attention(user_dir: Path) -> None:
+    """The row's attention convention ("full") says how attention was counted: an MLP or a
+    CNN has none to count, so theirs is null; an own model with SDPA says "full" as gpt2 does."""
+    importable_from(user_dir)
+    mlp = resolve(model_ref("my_model:make_model", inputs="my_model:make_inputs"))
+    spec = RunSpec("custom", mlp.name, "default", "cpu", "train", "float32", 2, model_ref=stored_ref(mlp))
+    assert identity_columns(mlp, mlp.config("default"), spec)["attention_flops"] is None
+    for builtin, convention in ((workloads.get_workload("resnet"), None), (workloads.get_workload("gpt2"), "full")):
+        spec = RunSpec(builtin.suite, builtin.name, "tiny", "cpu", "infer", "float32", 2)
+        assert identity_columns(builtin, builtin.config("tiny"), spec)["attention_flops"] == convention
+    (user_dir / "attending.py").write_text(
+        "import torch\n"
+        "from torch import nn\n\n\n"
+        "class Attend(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.qkv = nn.Linear(8, 24)\n\n"
+        "    def forward(self, x):\n"
+        "        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)\n"
+        "        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+    )
+    attending = resolve(model_ref("attending:Attend", inputs="my_model:make_attention_inputs"))
+    columns = attending.row_columns(attending.config("default"), Shape(2, seq_len=4), "train")
+    assert columns["attention_flops"] == "full"
 
 
 def runs_and_steps(hashes: list[str | None], medians: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:

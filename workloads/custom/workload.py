@@ -59,6 +59,7 @@ class Measured:
     source: str  # "counted": at the run's shape (on meta, or the CPU); "counted_scaled": on the CPU at batch 1 and 2
     incomplete: tuple[str, ...]  # matmul-like ops that ran but counted 0 FLOPs
     peak_bytes: int
+    attention: bool  # it ran attention, which the counter counts over the full S x S scores
 
 
 @dataclass(eq=False)
@@ -201,7 +202,7 @@ def measure_on_meta(model: CustomModel, shape: Shape, mode: str, dtype: torch.dt
     module = model.meta_model(dtype)
     batch = batch_on(model, shape, "meta")
     count = count_step(lambda: run_step(model, module, batch, mode))
-    return Measured(count.flops, "counted", count.incomplete, count.peak_bytes)
+    return Measured(count.flops, "counted", count.incomplete, count.peak_bytes, count.attention)
 
 
 def measure_on_cpu(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype, meta_error: Exception) -> Measured:
@@ -229,13 +230,14 @@ def measure_on_cpu(model: CustomModel, shape: Shape, mode: str, dtype: torch.dty
                 break
         if len(counts) == 1:
             [at] = counts
-            return Measured(at.flops, "counted", at.incomplete, at.peak_bytes)
+            return Measured(at.flops, "counted", at.incomplete, at.peak_bytes, at.attention)
         if len(counts) == 2:
             one, two = counts
             grown = shape.batch_size - 1
             peak = one.peak_bytes + max(0, two.peak_bytes - one.peak_bytes) * grown
             incomplete = tuple(sorted(set(one.incomplete) | set(two.incomplete)))
-            return Measured(one.flops + (two.flops - one.flops) * grown, "counted_scaled", incomplete, int(peak))
+            flops = one.flops + (two.flops - one.flops) * grown
+            return Measured(flops, "counted_scaled", incomplete, int(peak), one.attention or two.attention)
     raise cannot_step(model, shape, mode, failures, meta_error) from failures[-1][1]
 
 
@@ -333,6 +335,7 @@ def row_columns(model: CustomModel, shape: Shape, mode: str) -> dict[str, Any]:
         "model_hash": model.model_hash,
         "flops_source": measured.source,
         "flops_incomplete": json.dumps(list(measured.incomplete)) if measured.incomplete else None,
+        "attention_flops": "full" if measured.attention else None,  # none to count in an MLP or a CNN
         "loss_source": model.loss_source() if mode == "train" else None,
     }
 
