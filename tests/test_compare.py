@@ -693,7 +693,7 @@ def test_every_reader_keeps_a_configuration_apart_from_another_layout_or_model()
     assert points.groupby(list(changepoints.SERIES_KEYS), dropna=False).ngroups == 4
     labels = set(identity.config_labels(summary, backend=True))
     assert len(labels) == 4 and "gpt2/tiny infer float32 4x128 dp2 cpu (AMD EPYC)" in labels
-    assert "hf:bert/default infer float32 4x128 cpu (AMD EPYC) model aaaa1111" in labels
+    assert "hf:bert infer float32 4x128 cpu (AMD EPYC) model aaaa1111" in labels  # one size: no /default
     page = markdown.render(build_report(runs))
     assert "dp2" in page and "model cccc2222" in page
     hud = records(runs, steps_frame([]))

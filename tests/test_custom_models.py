@@ -19,7 +19,7 @@ from helpers import tpubench
 
 import workloads
 from tpubench import store
-from workloads.base import Shape
+from workloads.base import DIMENSIONS, Shape
 from workloads.custom import ModelRef, ModelRefError, dry_run, resolve
 from workloads.llm import gpt2, llama3
 
@@ -51,6 +51,10 @@ def make_model(width=16, with_loss=False):
 
 def make_inputs(batch_size, generator, seq_len=12):
     return {"tokens": torch.randint(0, 64, (batch_size, seq_len), generator=generator)}
+
+
+def make_any_inputs(batch_size, generator, **dims):
+    return {"tokens": torch.randint(0, 64, (batch_size, dims.get("seq_len", 5)), generator=generator)}
 
 
 class Plain(nn.Module):
@@ -166,6 +170,15 @@ def test_the_outputs_own_loss_is_used_and_a_changed_source_changes_the_hash(fact
     assert resolve(ref).config("default").model_hash != before
 
 
+def test_make_inputs_gets_the_dimensions_given_through_its_dims(factory_file: Path) -> None:
+    workload = resolve(factory(factory_file, inputs=f"{factory_file}:make_any_inputs"))
+    assert workload.dims == DIMENSIONS  # **dims takes any dimension...
+    assert workload.shape_for("cpu") == Shape(2)  # ...and none reaches it unless given
+    config = workload.config("default")
+    assert workload.make_batch(config, workload.shape("cpu", 3, seq_len=7), torch.Generator())["tokens"].shape == (3, 7)
+    assert workload.make_batch(config, workload.shape("cpu"), torch.Generator())["tokens"].shape == (2, 5)
+
+
 def test_get_example_inputs_fixes_the_batch(factory_file: Path) -> None:
     workload = resolve(factory(factory_file))
     assert workload.dims == () and workload.shape_for("cpu") == Shape(3)
@@ -235,6 +248,59 @@ def test_a_model_that_does_not_build_on_meta_is_counted_on_the_cpu_and_scaled(tm
     train_and_infer(workload)
 
 
+OFF_META = """
+import torch
+from torch import nn
+
+
+class Normed(nn.Module):
+    \"\"\"BatchNorm (no training step at batch 1) and a host read (no step on meta).\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return self.norm(self.proj(x)) / float(x.abs().max())
+
+
+class Batch3(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.shape[0] != 3 or float(x.abs().max()) < 0:
+            raise ValueError(f"takes a batch of 3, not {x.shape[0]}")
+        return self.proj(x)
+
+
+def make_inputs(batch_size, generator):
+    return (torch.randn(batch_size, 8, generator=generator),)
+"""
+
+
+def test_a_model_that_cannot_train_at_batch_1_is_counted_at_the_runs_batch(tmp_path: Path) -> None:
+    path = tmp_path / "off_meta.py"
+    path.write_text(OFF_META)
+    normed = resolve(ModelRef("factory", f"{path}:Normed", inputs=f"{path}:make_inputs"))
+    config = normed.config("default")
+    dry_run(normed, Shape(4), "train")
+    # the step's matmuls: the forward, and the weight's gradient (the input needs none)
+    assert normed.flops(config, Shape(4), "train") == 2 * (2 * 4 * 8 * 8) == 2 * normed.flops(config, Shape(2), "train")
+    assert normed.row_columns(config, Shape(4), "train")["flops_source"] == "counted"
+    with pytest.raises(ModelRefError, match=r"fails its first train step at batch_size=1: ValueError: Expected more"):
+        dry_run(normed, Shape(1), "train")
+    batch3 = resolve(ModelRef("factory", f"{path}:Batch3", inputs=f"{path}:make_inputs"))
+    with pytest.raises(ModelRefError) as refused:  # each failure names the batch it happened at
+        dry_run(batch3, Shape(4), "infer")
+    assert str(refused.value).endswith(
+        "at batch_size=4: ValueError: takes a batch of 3, not 4 "
+        "(at batch_size=1: ValueError: takes a batch of 3, not 1)"
+    )
+
+
 def hf(target: str, overrides: tuple = (), task: str | None = None) -> workloads.Workload:
     return resolve(ModelRef("hf", target, overrides=overrides, task=task))
 
@@ -302,7 +368,16 @@ def test_a_local_config_folder_is_a_model(tmp_path: Path) -> None:
     AutoConfig.for_model("bert", **{k: int(v) for k, v in BERT_OVERRIDES}).save_pretrained(tmp_path)
     workload = hf(str(tmp_path), (("num_hidden_layers", "1"),))
     assert workload.build_model(workload.config("default")).config.num_hidden_layers == 1
-    assert workload.name == f"hf:{tmp_path}"
+    assert workload.name == f"hf:{tmp_path.name}(masked-lm,num_hidden_layers=1)"  # a folder by its name
+
+
+def test_an_hf_models_stored_reference_holds_its_task_and_only_the_config_that_differs() -> None:
+    workload = hf("bert", (*BERT_OVERRIDES, ("hidden_act", "gelu")))
+    ref = workload.config("default").ref
+    assert ref.task == "masked-lm" and ref.overrides == BERT_OVERRIDES  # gelu is BertConfig's default
+    assert workload.name == "hf:bert(masked-lm," + ",".join(f"{key}={value}" for key, value in BERT_OVERRIDES) + ")"
+    same = hf("bert", BERT_OVERRIDES, task="fill-mask").config("default")
+    assert same.ref == ref and same.model_hash == workload.config("default").model_hash
 
 
 def test_uncounted_matmuls_are_reported_not_hidden() -> None:

@@ -10,6 +10,7 @@ torch_xla's PJRT CPU device (no chip is faked). The examples of docs/workloads.m
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -22,16 +23,20 @@ import pandas as pd
 import pytest
 import torch
 from helpers import ROOT
+from rich.console import Console
 
 import tpubench
 import workloads
 from tpubench import TpubenchWarning, store
-from tpubench.analysis import changepoints, compare
+from tpubench.analysis import changepoints, compare, identity
 from tpubench.cli import main
-from tpubench.models import importable_from, model_ref, prepared, reference_of
+from tpubench.models import importable_from, model_ref, prepared, reference_of, stored_ref
+from tpubench.report import summary_table
 from tpubench.runner import SuiteRunner, plan
 from tpubench.schema import RUNS, STEPS
-from tpubench.worker import throughput_columns
+from tpubench.spec import RunSpec, model_label
+from tpubench.worker import identity_columns, throughput_columns
+from workloads.base import Shape
 from workloads.custom import ModelRefError, resolve
 
 MY_MODEL = """
@@ -50,6 +55,23 @@ def make_inputs(batch_size, generator, **dims):
 def make_frozen():
     model = make_model()
     model[0].weight.requires_grad_(False)
+    return model
+
+
+def make_attention_inputs(batch_size, generator, seq_len=4):
+    return (torch.randn(batch_size, seq_len, 8, generator=generator),)
+
+
+def make_flat_inputs(batch_size, generator):
+    return (torch.randn(batch_size, 16, generator=generator),)
+
+
+def make_unseeded():
+    import random
+
+    model = make_model()
+    with torch.no_grad():
+        model[0].weight.fill_(random.random())
     return model
 
 
@@ -130,10 +152,10 @@ def test_a_factory_in_a_file_outside_the_repository_runs_on_cpu_cpu_compile_and_
     runs = store.load_runs(user_dir / "res").set_index("backend")
     assert set(runs["status"]) == {"ok"} and len(runs) == (3 if xla else 2), runs["error"].tolist()
     reference = f"{user_dir / 'my_model.py'}:make_model"  # made absolute: workers start elsewhere
-    assert set(runs["workload"]) == {reference} and set(runs["size"]) == {"default"}
+    assert set(runs["workload"]) == {"my_model:make_model"} and set(runs["size"]) == {"default"}
     ref = json.loads(runs.loc["cpu", "model_ref"])
     assert ref["target"] == reference and ref["inputs"] == f"{user_dir / 'my_model.py'}:make_inputs"
-    assert ref["overrides"] == [["hidden", "8"]]
+    assert ref["overrides"] == []  # hidden=8 is make_model's default: the stored reference keeps what differs
     # one model on every backend, in every interpreter
     assert runs["model_hash"].nunique() == 1 and runs["model_hash"].notna().all()
     assert set(runs["param_count"]) == set(runs["trainable_param_count"]) == {PARAMS}
@@ -213,6 +235,12 @@ def test_an_interpreter_that_cannot_import_the_model_gives_unavailable_rows_nami
         (["--model", "missing.py:make_model"], "no such file 'missing.py'"),
         (["--model", "my_model.py"], "expected MODULE:FUNCTION or path/to/file.py:FUNCTION"),
         (["--model", "my_model.py:make_model"], "no inputs"),
+        (
+            ["--model", "my_model.py:make_model", "--inputs", "my_model.py:make_flat_inputs", "--image-size", "64"],
+            "make_model: make_flat_inputs(batch_size, generator) takes no dimension; "
+            "name the dimension among its parameters, or take **dims",
+        ),
+        (["--model", "my_model.py:make_unseeded", "--inputs", "my_model.py:make_inputs"], "draws unseeded weights"),
         (["--model", "hf:./no/such/dir"], "no such directory"),
         (["--model", "hf:not_a_model_type"], "unknown model_type 'not_a_model_type'"),
         (["--model", "hf:nobody/not-cached"], "not in the local Hugging Face cache"),
@@ -225,6 +253,26 @@ def test_an_interpreter_that_cannot_import_the_model_gives_unavailable_rows_nami
         (["--inputs", "my_model:make_inputs"], "--inputs describe(s) a model of yours: add --model"),
         (["--model", "my_model.py:make_model", "--model-config", "hidden"], "--model-config expects KEY=VALUE"),
         (["--workload-module", "no_such_plugin"], "workload module no_such_plugin does not import"),
+        *(
+            (
+                ["--model", "hf:bert", "--model-config", given],
+                f"{field} of bert's BertConfig is a count; valid: an integer >= 1",
+            )
+            for field, given in (
+                ("hidden_size", "hidden_size=abc"),
+                ("hidden_size", "hidden_size=null"),
+                ("num_hidden_layers", "num_hidden_layers=1.5"),
+                ("num_hidden_layers", "num_hidden_layers=-1"),
+            )
+        ),
+        (
+            ["--model", "hf:bert", "--model-config", "layer_norm_eps=abc"],
+            "is not a valid BertConfig: Validation error for field 'layer_norm_eps'",
+        ),
+        (
+            ["--model", "my_model.py:make_model", "--model-config", "hidden=128,hidden=64"],
+            "gives hidden 2 times (hidden=128, hidden=64); give each key once",
+        ),
     ],
 )
 def test_bad_model_input_is_one_error_line_and_exit_2(
@@ -279,7 +327,7 @@ def test_list_names_each_workloads_provider(
     assert sources["gpt2"] == "built-in"
     assert sources["gpt2-mine"] == "module my_plugin"
     assert sources["llama-ep"] == "entry point llama-ep (tiny_plug:WORKLOAD) of tiny-plug 0.1"
-    assert sources[f"{user_dir / 'my_model.py'}:make_model"] == "--model"
+    assert sources["my_model:make_model"] == "--model"
     assert os.environ[workloads.PLUGIN_ENV].split(",")[-1] == "my_plugin"  # what every worker inherits
 
 
@@ -403,6 +451,32 @@ def test_an_incomplete_flop_count_gives_no_mfu(tmp_path: Path) -> None:
     ]
 
 
+def test_attention_flops_is_null_for_a_model_without_attention(user_dir: Path) -> None:
+    """The row's attention convention ("full") says how attention was counted: an MLP or a
+    CNN has none to count, so theirs is null; an own model with SDPA says "full" as gpt2 does."""
+    importable_from(user_dir)
+    mlp = resolve(model_ref("my_model:make_model", inputs="my_model:make_inputs"))
+    spec = RunSpec("custom", mlp.name, "default", "cpu", "train", "float32", 2, model_ref=stored_ref(mlp))
+    assert identity_columns(mlp, mlp.config("default"), spec)["attention_flops"] is None
+    for builtin, convention in ((workloads.get_workload("resnet"), None), (workloads.get_workload("gpt2"), "full")):
+        spec = RunSpec(builtin.suite, builtin.name, "tiny", "cpu", "infer", "float32", 2)
+        assert identity_columns(builtin, builtin.config("tiny"), spec)["attention_flops"] == convention
+    (user_dir / "attending.py").write_text(
+        "import torch\n"
+        "from torch import nn\n\n\n"
+        "class Attend(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.qkv = nn.Linear(8, 24)\n\n"
+        "    def forward(self, x):\n"
+        "        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)\n"
+        "        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+    )
+    attending = resolve(model_ref("attending:Attend", inputs="my_model:make_attention_inputs"))
+    columns = attending.row_columns(attending.config("default"), Shape(2, seq_len=4), "train")
+    assert columns["attention_flops"] == "full"
+
+
 def runs_and_steps(hashes: list[str | None], medians: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs-table rows (every schema column) of one configuration, five runs per (hash, median)."""
     runs, steps = [], []
@@ -445,6 +519,73 @@ def test_regressions_start_a_new_series_when_the_model_changes() -> None:
     changed, _ = runs_and_steps(["aaa"] * 6 + ["bbb"] * 6, medians)
     assert set(changepoints.series_points(changed)["model_hash"]) == {"aaa", "bbb"}
     assert changepoints.change_points(changed, "median_step_ms").empty  # two models, one series each
+
+
+# --- a user's model's identity and labels ---------------------------------------------------------
+
+
+def test_the_model_hash_is_the_source_and_the_effective_config_not_the_path(user_dir: Path, tmp_path: Path) -> None:
+    """A module name or the file's path, the file in another folder (a moved checkout), and
+    ``hidden=8`` given or by default: one model, one name, one hash; ``hidden=16`` is another."""
+    importable_from(user_dir)
+    moved = tmp_path / "moved" / "my_model.py"
+    moved.parent.mkdir()
+    moved.write_text(MY_MODEL)
+
+    def identity(module: str, config: str | None = None) -> tuple[str, str]:
+        workload = resolve(model_ref(f"{module}:make_model", inputs=f"{module}:make_inputs", config=config))
+        return workload.name, workload.config("default").model_hash
+
+    named = {identity("my_model"), identity(str(user_dir / "my_model.py")), identity(str(moved))}
+    named.add(identity("my_model", "hidden=8"))
+    [(name, model_hash)] = named
+    assert name == "my_model:make_model"
+    wider, wider_hash = identity("my_model", "hidden=16")
+    assert wider == "my_model:make_model(hidden=16)" and wider_hash != model_hash
+
+
+def own_rows(user_dir: Path, *configs: str) -> list[dict]:
+    """A stored row of ``my_model:make_model`` under each ``--model-config``, as planning names it."""
+    rows = []
+    for config in configs:
+        workload = resolve(model_ref("my_model:make_model", inputs="my_model:make_inputs", config=config))
+        rows.append(
+            {
+                **{"workload": workload.name, "size": "default", "mode": "train", "dtype": "float32"},
+                **{"batch_size": 16, "backend": "cpu", "status": "ok", "median_step_ms": 12.5},
+                **{"model_ref": stored_ref(workload), "model_hash": workload.config("default").model_hash},
+                "host_other_cpu_share": 0.9,  # "ok, host busy": the widest status
+            }
+        )
+    return rows
+
+
+def test_a_users_model_is_labelled_by_its_name_and_the_config_it_differs_by(user_dir: Path) -> None:
+    importable_from(user_dir)
+    default, wider = own_rows(user_dir, "hidden=8", "hidden=16")
+    assert (default["workload"], wider["workload"]) == ("my_model:make_model", "my_model:make_model(hidden=16)")
+    stored_before = {**wider, "workload": f"{user_dir / 'my_model.py'}:make_model"}  # rows kept the path
+    labels = identity.config_labels(pd.DataFrame([default, wider, stored_before])).tolist()
+    assert labels == [
+        f"my_model:make_model train float32 16 model {default['model_hash'][:8]}",
+        f"my_model:make_model(hidden=16) train float32 16 model {wider['model_hash'][:8]}",
+        f"my_model:make_model train float32 16 model {wider['model_hash'][:8]}",
+    ]
+    assert model_label("gpt2", "tiny", None) == "gpt2/tiny"
+
+
+def test_the_summary_of_a_users_model_keeps_the_median_at_80_columns(user_dir: Path) -> None:
+    """The label folds onto more lines; backend, mode and shape stay whole."""
+    importable_from(user_dir)
+    [row] = own_rows(user_dir, "hidden=16")
+    row["workload"] = "my_model:make_model(hidden=16,depth=12,width=1024)"
+    table, hidden = summary_table([row], width=80)
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(table)
+    screen = console.export_text()
+    assert "median ms" in screen and "12.50" in screen and "median ms" not in hidden
+    assert "…" not in screen and max(len(line) for line in screen.splitlines()) <= 80
+    assert re.search(r" cpu +train +16 +- +ok, host busy +12\.50", screen), screen
 
 
 # --- docs/workloads.md's section, as written ------------------------------------------------------------
@@ -490,9 +631,14 @@ def test_the_own_model_examples_run_as_written(tmp_path: Path) -> None:
     runs = store.load_runs(tmp_path / "results")
     assert len(runs) == 4 and set(runs["status"]) == {"ok"}, runs[["workload", "status", "error"]]
     # the factory runs train and infer; the others one mode each
-    assert set(runs["workload"]) == {f"{tmp_path / 'my_model.py'}:make_model", "hf:llama", "gpt2-mine"}
+    llama = "hidden_size=64,intermediate_size=128,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2"
+    assert set(runs["workload"]) == {
+        "my_model:make_model(hidden=128)",  # the config that differs from make_model's defaults
+        f"hf:llama(causal-lm,{llama},vocab_size=512)",
+        "gpt2-mine",
+    }
     assert "llama3-mine" in outputs[3] and "entry point llama3-mine" in outputs[3]
-    assert f"{tmp_path / 'bench_mine.py'}:make_model" in outputs[4] and "train" in outputs[4]
+    assert "bench_mine:make_model" in outputs[4] and "train" in outputs[4]
 
 
 def test_own_model_file_blocks_name_their_files() -> None:

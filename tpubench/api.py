@@ -136,7 +136,16 @@ def bench(
     _quiet_autoloaded_torch_tpu()
     import pandas as pd
 
-    from tpubench.models import importable_from, model_ref, module_root, prepared, reference_of, resolve
+    from tpubench.models import (
+        check_dims,
+        importable_from,
+        model_ref,
+        module_root,
+        prepared,
+        reference_of,
+        resolve,
+        stored_ref,
+    )
     from tpubench.runner import SuiteRunner, plan
     from workloads.custom.ref import ModelRefError
 
@@ -152,6 +161,7 @@ def bench(
             task=task,
         )
         workload = resolve(ref)
+        check_dims(workload, {"seq_len": seq_len, "image_size": image_size, "latent_size": latent_size})
         try:
             specs = plan(
                 [workload],
@@ -166,7 +176,7 @@ def bench(
                 parallel=parallel,
                 tp=tp,
                 scaling=scaling,
-                model_ref=ref.to_json(),
+                model_ref=stored_ref(workload),
                 **options,
             )
         except KeyError as error:  # an unknown backend: bad input, like the rest

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,7 +83,7 @@ def model_ref(
     absolute) or ``hf:org/name`` (a hub id in the local cache) is the Hugging Face route;
     anything else is a factory, ``pkg.mod:make_model`` or ``path/to/file.py:make_model``.
     """
-    overrides = parse_overrides(config) if isinstance(config, str) or config is None else _pairs(config)
+    overrides = once_each(parse_overrides(config) if isinstance(config, str) or config is None else _pairs(config))
     if model.startswith(HF_PREFIX):
         target = model[len(HF_PREFIX) :].strip()
         if not target:
@@ -105,6 +105,20 @@ def model_ref(
         loss=callable_ref(loss, "--loss") if loss else None,
         overrides=overrides,
     )
+
+
+def once_each(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``pairs`` as they are, unless a key comes twice: which value the model would get is a
+    guess (the last one), so ``hidden=128,hidden=64`` is refused rather than half kept."""
+    values: dict[str, list[str]] = {}
+    for key, value in pairs:
+        values.setdefault(key, []).append(value)
+    if twice := {key: given for key, given in values.items() if len(given) > 1}:
+        said = "; ".join(
+            f"{key} {len(given)} times ({', '.join(f'{key}={v}' for v in given)})" for key, given in twice.items()
+        )
+        raise ModelRefError(f"--model-config gives {said}; give each key once")
+    return pairs
 
 
 def _pairs(config: Iterable[tuple[str, Any]] | dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -161,13 +175,35 @@ def resolve(ref: ModelRef) -> Workload:
     return resolve_ref(ref)
 
 
+def stored_ref(workload: Workload) -> str:
+    """The JSON of a user's model's reference as its runs carry it and its rows store it: the
+    overrides that differ from the defaults, and the task the model serves (the same model
+    as the reference given, which labels then show by what sets it apart)."""
+    return workload.config(workload.default_size).ref.to_json()
+
+
+def check_dims(workload: Workload, given: Mapping[str, Any]) -> None:
+    """A dimension given (``--image-size``) that a user's model's inputs do not take is a
+    ModelRefError naming what they take and how to take more (``make_inputs``'s signature),
+    where the planner's own message could only name the registered workloads taking it."""
+    from workloads.base import DIMENSIONS
+    from workloads.custom.workload import CustomModel
+
+    model = workload.config(workload.default_size)
+    unknown = [name for name in DIMENSIONS if given.get(name) is not None and name not in workload.dims]
+    if unknown and isinstance(model, CustomModel):
+        options = ", ".join("--" + name.replace("_", "-") for name in unknown)
+        raise ModelRefError(f"{options} does not apply to {workload.name}: {model.takes}")
+
+
 def prepared(workload: Workload, specs: list[RunSpec]) -> list[RunSpec]:
     """``specs`` of a user's model, each dry-run here at its shape and mode (a config that
-    cannot run, such as a bare T5 without ``decoder_start_token_id``, is a ModelRefError
-    before any run) and given the model's hash."""
+    cannot run, such as a bare T5 without ``decoder_start_token_id``, or a factory whose
+    weights are unseeded, is a ModelRefError before any run) and given the model's hash."""
     from workloads import Shape
-    from workloads.custom import dry_run
+    from workloads.custom import check_seeded, dry_run
 
+    check_seeded(workload)
     config = workload.config(workload.default_size)
     done = []
     for spec in specs:

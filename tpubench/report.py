@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpubench.hostload import is_busy
-from tpubench.spec import DIMENSIONS, parallel_label, shape_label
+from tpubench.spec import DIMENSIONS, model_label, parallel_label, shape_label
 
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}  # others (mismatch, failed...) red
 BUSY_STYLE = "yellow"  # ok, but measured while other processes competed for the CPUs
@@ -67,13 +67,16 @@ def _status(row: dict[str, Any]) -> Text:
 class Column:
     header: str
     cell: Callable[[dict[str, Any]], str | Text]
-    keep: int  # the narrower the terminal, the lower ``keep`` goes first; identity columns never
+    keep: int  # the narrower the terminal, the lower ``keep`` goes first; from KEPT up, never
     numeric: bool = True
+    wraps: bool = False  # folds onto more lines where the terminal is narrow (the others keep one line)
 
 
 #: in display order; ``keep`` ranks what stays when the terminal is narrow
 COLUMNS = (
-    Column("workload", lambda r: f"{r['workload']}/{r['size']}", 100, numeric=False),
+    Column(
+        "workload", lambda r: model_label(r["workload"], r["size"], r.get("model_hash")), 100, numeric=False, wraps=True
+    ),
     Column("backend", lambda r: r["backend"], 100, numeric=False),
     Column("mode", lambda r: r["mode"], 100, numeric=False),
     Column("shape", _shape, 100, numeric=False),
@@ -91,7 +94,10 @@ COLUMNS = (
     Column("compile s", lambda r: _number(r.get("compile_s")), 40),
     Column("peak mem", lambda r: _bytes(r.get("peak_mem_bytes")), 10),
 )
-ALWAYS = 100
+ALWAYS = 100  # identity: shown even where every row's cell is empty
+#: from this rank up a column is never left out for the width (the median, a run's headline
+#: figure, included): the workload column folds instead, however long a user's model's label
+KEPT = 90
 
 
 def _sorted(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,7 +108,12 @@ def _sorted(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _table(rows: list[dict[str, Any]], columns: list[Column]) -> Table:
     table = Table(title="tpubench results", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in columns:
-        table.add_column(column.header, justify="right" if column.numeric else "left", no_wrap=True)
+        table.add_column(
+            column.header,
+            justify="right" if column.numeric else "left",
+            no_wrap=not column.wraps,
+            overflow="fold" if column.wraps else "ellipsis",
+        )
     for row in rows:
         table.add_row(*(column.cell(row) for column in columns))
     return table
@@ -122,7 +133,7 @@ def summary_table(
         console = console or Console(width=width)
         for column in sorted(columns, key=lambda c: c.keep):
             needed = Measurement.get(console, console.options.update(width=10_000), _table(ordered, columns)).maximum
-            if needed <= width or column.keep == ALWAYS:
+            if needed <= width or column.keep >= KEPT:
                 break
             columns.remove(column)
             hidden.append(column.header)
@@ -155,5 +166,5 @@ def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _label(row: dict[str, Any]) -> str:
-    label = f"{row['workload']}/{row['size']} {row['backend']} {row['mode']}"
+    label = f"{model_label(row['workload'], row['size'], row.get('model_hash'))} {row['backend']} {row['mode']}"
     return label if _devices(row) == "-" else f"{label} {_devices(row)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 DTYPES = ("float32", "bfloat16")
@@ -52,6 +53,21 @@ def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | Non
             parts.append(f"{letter if prefix or name != 'seq_len' else ''}{int(value)}")
     gen = f"+{'g' if prefix else ''}{int(gen_len)}" if gen_len and gen_len == gen_len else ""
     return "x".join(parts) + gen
+
+
+def model_label(workload: str, size: str, model_hash: Any = None) -> str:
+    """A run's model in words, as every label shows it: ``gpt2/tiny``; a user's model (one
+    with a ``model_hash``) by its workload alone, which names its task and the config that
+    differs from the defaults (``bench_mine:make_model(hidden=128)``), its one size being
+    ``default``. Rows from before stored the file's path: it is shown by its stem."""
+    if not isinstance(model_hash, str) or not model_hash:
+        return f"{workload}/{size}"
+    module, _, function = workload.rpartition(":")
+    if workload.startswith("hf:/"):
+        return f"hf:{PurePath(workload[3:]).name}"
+    if not workload.startswith("hf:") and (module.endswith(".py") or "/" in module):
+        return f"{PurePath(module).stem}:{function}"
+    return workload
 
 
 @dataclass(frozen=True)
@@ -124,7 +140,10 @@ class RunSpec:
 
     def label(self) -> str:
         shape = shape_label(self.batch_size, self.dims(), self.gen_len)
-        label = f"{self.workload}/{self.size} {self.backend} {self.mode} {self.dtype} {shape}"
+        label = (
+            f"{model_label(self.workload, self.size, self.model_hash or self.model_ref)} "
+            f"{self.backend} {self.mode} {self.dtype} {shape}"
+        )
         label = f"{label} {self.parallel_label()}" if self.parallel != "none" else label
         return f"{label} on {self.hosts} hosts" if self.hosts > 1 else label
 

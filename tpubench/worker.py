@@ -355,6 +355,8 @@ def identity_columns(workload: Workload, config: Any, spec: RunSpec) -> dict[str
     FLOPs were counted (and which ops were not), where its loss comes from, so that
     ``compare`` pairs a model only with itself and an incomplete count gives no MFU."""
     columns = dict.fromkeys(IDENTITY_COLUMNS) | FLOPS_SOURCE
+    if not workload.attention:
+        columns["attention_flops"] = None
     if workload.row_columns is not None:
         columns |= workload.row_columns(config, shape_of(spec), spec.mode)
     return columns

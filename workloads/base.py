@@ -180,6 +180,9 @@ class Workload:
     batch_schedule: tuple[int, ...] = ()
     #: how it splits over devices (``--parallel``); None: one device, or data parallel only
     parallel: ParallelPlan | None = None
+    #: whether its step has attention, whose FLOP convention a row's ``attention_flops`` states
+    #: (null for a model without: a CNN's rows have no attention to count either way)
+    attention: bool = True
 
     @property
     def suite(self) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tpubench.analysis.shapes import shape_labels
-from tpubench.spec import KEY_FIELDS
+from tpubench.spec import KEY_FIELDS, model_label
 
 #: the columns that make a configuration: a run's identity and the device it ran on
 _AFTER_BACKEND = KEY_FIELDS.index("backend") + 1
@@ -63,10 +63,15 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
     """Each row's configuration in words, as every table, chart and picker shows it:
     ``gpt2/tiny train bfloat16 4x128 fsdp2``, then ``cuda (NVIDIA H100)`` with ``backend``
     (``frame`` may name the sides ``test_backend``/``test_device``), then a user's model's hash,
-    ``model 68ee1cc9``, so that two models under one reference never read as one."""
+    ``model 68ee1cc9``, so that two models under one reference never read as one. A user's
+    model is named as :func:`tpubench.spec.model_label` names it, by its workload, which says
+    its task and non-default config: ``bench_mine:make_model(hidden=128) train float32 16``."""
     shape = shape_labels(configurations(frame))
-    text = {column: frame[column].astype("string") for column in ("workload", "size", "mode")}
-    label = text["workload"] + "/" + text["size"] + " " + text["mode"]
+    hashes = frame["model_hash"] if "model_hash" in frame else pd.Series(None, index=frame.index, dtype=object)
+    keys = list(zip(frame["workload"], frame["size"], hashes, strict=True))
+    named = {key: model_label(*key) for key in set(keys)}  # a store has few models and many runs
+    models = pd.Series([named[key] for key in keys], index=frame.index, dtype="string")
+    label = models + " " + frame["mode"].astype("string")
     if dtype:
         label = label + " " + frame["dtype"].astype("string")
     label = label + " " + shape

@@ -113,7 +113,7 @@ def custom_model(
 ) -> CustomModel | None:
     """``--model`` and its companions as a resolved workload (None without ``--model``), which
     runs on its own: with ``--suite`` or ``--workload`` too it is an error."""
-    from tpubench.models import model_ref, resolve
+    from tpubench.models import model_ref, resolve, stored_ref
     from workloads.custom.ref import ModelRefError
 
     if model is None:
@@ -136,8 +136,8 @@ def custom_model(
             "(run those in a separate invocation)"
         )
     try:
-        ref = model_ref(model, inputs=inputs, loss=loss, config=model_config, task=task)
-        return CustomModel(resolve(ref), ref.to_json())
+        workload = resolve(model_ref(model, inputs=inputs, loss=loss, config=model_config, task=task))
+        return CustomModel(workload, stored_ref(workload))
     except ModelRefError as error:
         raise BadInput(str(error)) from error
 
@@ -216,7 +216,7 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     (``--suite mlperf``: those matching an MLPerf reference), or its default size. A user's
     model is dry-run at each planned shape and mode, here in the main process.
     """
-    from tpubench.models import prepared
+    from tpubench.models import check_dims, prepared
     from workloads import suite_sizes
 
     sizes: list[str] | dict[str, list[str] | None] = choice.sizes
@@ -225,6 +225,8 @@ def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:
     if choice.model_ref:
         options["model_ref"] = choice.model_ref
     try:
+        if choice.model_ref:
+            check_dims(choice.workloads[0], options)
         specs = plan(
             choice.workloads,
             sizes=sizes,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from workloads.base import Workload
 from workloads.custom.ref import ROUTES, ModelRef, ModelRefError
-from workloads.custom.workload import dry_run, workload_for
+from workloads.custom.workload import check_seeded, dry_run, workload_for
 
-__all__ = ["ROUTES", "ModelRef", "ModelRefError", "dry_run", "resolve"]
+__all__ = ["ROUTES", "ModelRef", "ModelRefError", "check_seeded", "dry_run", "resolve"]
 
 
 def resolve(ref: ModelRef) -> Workload:

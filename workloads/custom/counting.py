@@ -57,13 +57,20 @@ class StepRecorder(TorchDispatchMode):
         self.live_bytes -= size
 
 
+#: ops only a step with attention runs: a fused attention kernel, or the softmax of the scores
+#: (SDPA's math path, as it runs on meta, emits ``_safe_softmax``; eager attention ``_softmax``)
+ATTENTION_OPS = re.compile(r"attention|^_?(?:safe_)?softmax$")  # not _log_softmax: a classifier's loss
+
+
 @dataclass(frozen=True)
 class StepCount:
-    """One step's counted FLOPs, the matmul-like ops counted as 0, and its peak new bytes."""
+    """One step's counted FLOPs, the matmul-like ops counted as 0, its peak new bytes, and
+    whether it ran attention."""
 
     flops: float
     incomplete: tuple[str, ...]
     peak_bytes: int
+    attention: bool
 
 
 def count_step(step: Callable[[], Any]) -> StepCount:
@@ -73,4 +80,5 @@ def count_step(step: Callable[[], Any]) -> StepCount:
         step()
     counted = {str(op) for op, flops in counter.get_flop_counts().get("Global", {}).items() if flops}
     missed = sorted(op for op in recorder.ops if MATMUL_LIKE.search(op.split(".")[-1]) and op not in counted)
-    return StepCount(float(counter.get_total_flops()), tuple(missed), recorder.peak_bytes)
+    attention = any(ATTENTION_OPS.search(op.split(".")[-1]) for op in recorder.ops)
+    return StepCount(float(counter.get_total_flops()), tuple(missed), recorder.peak_bytes, attention)

@@ -3,9 +3,10 @@
 The contract: ``make_model(**overrides) -> nn.Module``, called on the CPU under
 tpubench's seed, touching neither a device nor the network (it is also called on the meta
 device, to count FLOPs and memory for free). Inputs come from ``--inputs
-mod:make_inputs`` (``make_inputs(batch_size, generator, **dims) -> dict | tuple``; the
-dimensions are its keyword parameters named ``seq_len``, ``image_size`` or ``latent_size``,
-their defaults the default shape's), else from the model's ``get_example_inputs()``
+mod:make_inputs`` (``make_inputs(batch_size, generator, **dims) -> dict | tuple``: it gets
+the dimensions the user gave, ``--seq-len``, ``--image-size`` or ``--latent-size``, where it
+takes them, by name or through ``**dims``; a parameter named for one, with its default,
+puts that dimension in the default shape), else from the model's ``get_example_inputs()``
 (TorchBench's convention, a fixed batch). The loss is ``--loss mod:fn(model, batch)``, else
 the output's ``.loss``, else the mean of the output's floating tensors (synthesised, and the
 row says so). Floating inputs are cast to the model's dtype, so a bfloat16 run works with
@@ -15,14 +16,16 @@ float32 inputs.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from workloads.base import DIMENSIONS, Batch, Shape
-from workloads.custom.loading import load_function, one_line, parse_overrides, source_digest
+from workloads.custom.loading import load_function, one_line, parse_overrides, same_value, source_digest
 from workloads.custom.ref import ModelRef, ModelRefError
 from workloads.custom.workload import CustomModel, dtype_of
 
@@ -79,8 +82,9 @@ def factory_model(ref: ModelRef) -> CustomModel:
         return mean_of_outputs(out, ref)
 
     functions = [f for f in (make_model, make_inputs, user_loss) if f is not None]
+    references = (ref.target, ref.inputs, ref.loss)
     return CustomModel(
-        ref=ref,
+        ref=without_defaults(make_model, ref, overrides),
         family="custom",
         description=f"{type(probe).__name__} from {ref.target}",
         build=build,
@@ -88,11 +92,44 @@ def factory_model(ref: ModelRef) -> CustomModel:
         loss=loss,
         forward=call,
         dims=inputs.dims,
+        takes=inputs.takes,
         default_shape=inputs.default_shape(),
-        identity=f"{source_digest(functions)}|{sorted(overrides.items())}|{ref.inputs}|{ref.loss}",
+        identity=json.dumps(
+            {
+                "source": source_digest(functions),
+                "functions": [reference.rpartition(":")[2] if reference else None for reference in references],
+                "config": effective_config(make_model, overrides),
+            },
+            sort_keys=True,
+            default=lambda value: type(value).__qualname__,  # an object's repr may hold its address
+        ),
         loss_source=lambda: LOSS_SOURCES[seen.get("source", "user" if user_loss else "model")],
         check_determinism=True,
     )
+
+
+def without_defaults(make_model: Callable[..., Any], ref: ModelRef, overrides: dict[str, Any]) -> ModelRef:
+    """``ref`` less the overrides equal to ``make_model``'s defaults: it names the same model,
+    and the labels drawn from it show only what differs from the defaults."""
+    try:
+        parameters = inspect.signature(make_model).parameters
+    except (TypeError, ValueError):
+        return ref
+    empty = inspect.Parameter.empty
+    defaults = {key: getattr(parameters.get(key), "default", empty) for key in overrides}
+    kept = tuple((key, text) for key, text in ref.overrides if not same_value(defaults[key], overrides[key]))
+    return replace(ref, overrides=kept)
+
+
+def effective_config(make_model: Callable[..., Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``make_model`` builds with: the overrides and its defaults for the rest,
+    so that ``hidden=64`` given and ``hidden=64`` by default are one model."""
+    try:
+        bound = inspect.signature(make_model).bind_partial(**overrides)
+    except (TypeError, ValueError):  # no signature to read, or one the overrides miss: build() says which
+        return dict(overrides)
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def probe_model(build: Callable[[], nn.Module], ref: ModelRef) -> nn.Module:
@@ -114,18 +151,26 @@ def probe_model(build: Callable[[], nn.Module], ref: ModelRef) -> nn.Module:
 
 
 class FromMakeInputs:
-    """Inputs from the user's ``make_inputs(batch_size, generator, **dims)``."""
+    """Inputs from the user's ``make_inputs(batch_size, generator, **dims)``: it takes the
+    dimensions it names, or every one through ``**dims``; those it names are in the default
+    shape (at their defaults), the others reach it only when given."""
 
     def __init__(self, make_inputs: Callable[..., Any]):
         self.make_inputs = make_inputs
-        parameters = inspect.signature(make_inputs).parameters
-        self.dims = tuple(name for name in DIMENSIONS if name in parameters)
+        signature = inspect.signature(make_inputs)
+        parameters = signature.parameters
+        named = tuple(name for name in DIMENSIONS if name in parameters)
+        any_dims = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        self.dims = DIMENSIONS if any_dims else named
         self.defaults = {
             name: parameters[name].default
             if parameters[name].default is not inspect.Parameter.empty
             else DIMENSION_DEFAULTS[name]
-            for name in self.dims
+            for name in named
         }
+        takes = ", ".join(named) or "no dimension"
+        name = getattr(make_inputs, "__name__", "make_inputs")
+        self.takes = f"{name}{signature} takes {takes}; name the dimension among its parameters, or take **dims"
 
     def default_shape(self) -> dict[str, Shape]:
         return {kind: Shape(batch, **self.defaults) for kind, batch in BATCH_DEFAULTS.items()}
@@ -138,6 +183,10 @@ class FromExamples:
     """Inputs from the model's ``get_example_inputs()``: one fixed batch, under tpubench's seed."""
 
     dims: tuple[str, ...] = ()
+    takes = (
+        "its inputs are get_example_inputs()'s fixed batch, without dimensions; "
+        "give --inputs MODULE:make_inputs(batch_size, generator, **dims) to set them"
+    )
 
     def __init__(self, build: Callable[[], nn.Module], probe: nn.Module):
         self.build, self.probe = build, probe

@@ -16,6 +16,8 @@ import difflib
 import inspect
 import json
 import os
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ import torch
 from torch import nn
 
 from workloads.base import Batch, Shape
-from workloads.custom.loading import one_line, parse_overrides
+from workloads.custom.loading import one_line, parse_overrides, same_value
 from workloads.custom.ref import ModelRef, ModelRefError
 from workloads.custom.workload import CustomModel, GenerationSteps, dtype_of
 
@@ -52,6 +54,8 @@ SYNONYMS = {
 SHORT_NAMES = {"text-generation": "causal-lm", "fill-mask": "masked-lm", "text2text-generation": "seq2seq-lm"}
 #: ``--model-config`` keys that choose an implementation rather than set a config field
 BUILD_OPTIONS = ("attn_implementation", "experts_implementation")
+#: fields that count or size something (``num_hidden_layers``, ``n_embd``, ``intermediate_size``)
+COUNT_FIELD = re.compile(r"^(?:num|n)_|_(?:size|layers|heads|dim)$|^d_(?:model|ff|kv)$")
 MASKED_SHARE = 0.15
 TEXT_SHAPES = {"cpu": (2, 128), "cuda": (8, 1024), "tpu": (8, 1024)}
 IMAGE_BATCHES = {"cpu": 2, "cuda": 32, "tpu": 32}
@@ -68,10 +72,11 @@ def canonical_task(task: str) -> str:
     return name
 
 
-def load_config(target: str, overrides: dict[str, Any]) -> Any:
+def load_config(target: str, overrides: dict[str, Any]) -> tuple[Any, Any]:
     """The config ``target`` names, built with the overrides (a config derives fields such as
     ``head_dim`` in its constructor, so they are passed there, never set afterwards): a local
-    folder, a hub id already in the local cache, or a ``model_type``."""
+    folder, a hub id already in the local cache, or a ``model_type``; and the config as it
+    is without them (the defaults the overrides are told apart from)."""
     from transformers import PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -103,8 +108,16 @@ def load_config(target: str, overrides: dict[str, Any]) -> Any:
         )
     config_class = CONFIG_MAPPING[model_type]
     fields = {k: v for k, v in saved.items() if k != "model_type"}
-    check_keys(config_class(**fields), options, target)
-    return config_class(**{**fields, **options})
+    base = config_class(**fields)
+    check_keys(base, options, target)
+    check_counts(base, options, target)
+    try:
+        return config_class(**{**fields, **options}), base
+    except Exception as error:  # transformers' own checks of a field's type, or of fields together
+        said = ",".join(f"{key}={value!r}" for key, value in options.items())
+        raise ModelRefError(
+            f"--model-config {said} is not a valid {config_class.__name__}: {one_line(error)}"
+        ) from error
 
 
 def read_config_dict(folder: str, target: str) -> dict[str, Any]:
@@ -129,6 +142,20 @@ def check_keys(config: Any, options: dict[str, Any], target: str) -> None:
             f"--model-config for {target} has keys its {type(config).__name__} does not: {said}; "
             f"it has {', '.join(sorted(k for k in known if not k.startswith('_')))}"
         )
+
+
+def check_counts(config: Any, options: dict[str, Any], target: str) -> None:
+    """A count or a size (a field named so, ``num_hidden_layers``, ``hidden_size``, ``n_head``,
+    whose default is a positive integer) takes a positive integer: transformers builds
+    ``range(-1)`` layers without a word, and a run of that model measures nothing."""
+    for key, value in options.items():
+        default = getattr(config, key, None)
+        counts = isinstance(default, int) and not isinstance(default, bool) and default >= 1
+        if counts and COUNT_FIELD.search(key) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ModelRefError(
+                f"--model-config {key}={value!r}: {key} of {target}'s {type(config).__name__} is a count; "
+                f"valid: an integer >= 1 (its default is {default})"
+            )
 
 
 def servable_tasks(config: Any) -> list[str]:
@@ -173,8 +200,13 @@ def hf_model(ref: ModelRef) -> CustomModel:
     import transformers
 
     overrides = parse_overrides(ref.overrides)
-    config = load_config(ref.target, overrides)
+    config, defaults = load_config(ref.target, overrides)
     task = choose_task(config, ref.task, ref.target)
+    changed = tuple(
+        (key, text)
+        for key, text in ref.overrides
+        if key in BUILD_OPTIONS or not same_value(getattr(defaults, key, None), overrides[key])
+    )
     auto = getattr(transformers, TASKS[task][0])
     model_class = auto._model_mapping[type(config)]
     options = {k: v for k, v in overrides.items() if k in BUILD_OPTIONS}
@@ -191,7 +223,7 @@ def hf_model(ref: ModelRef) -> CustomModel:
     )
     static_cache = task == "text-generation" and getattr(model_class, "_can_compile_fullgraph", False)
     return CustomModel(
-        ref=ref,
+        ref=replace(ref, overrides=changed, task=SHORT_NAMES.get(task, task)),
         family=config.model_type,
         description=f"Hugging Face {model_class.__name__} ({task}) from its config, random weights",
         build=build,
@@ -199,6 +231,7 @@ def hf_model(ref: ModelRef) -> CustomModel:
         loss=feed.loss,
         forward=feed.forward,
         dims=feed.dims,
+        takes=f"{model_class.__name__}'s inputs take {', '.join(feed.dims)} only",
         default_shape=feed.default_shape(),
         identity=f"{identity}|{task}|{sorted(options.items())}",
         loss_source=lambda: "synthesised: mean of outputs" if task == "feature-extraction" else "model .loss",

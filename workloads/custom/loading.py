@@ -91,13 +91,17 @@ def load_function(reference: str, what: str) -> Callable[..., Any]:
 
 
 def source_digest(functions: list[Callable[..., Any]]) -> str:
-    """A hash of the source files defining ``functions``: a changed model gets a new identity."""
-    digest = hashlib.sha256()
-    for path in sorted({inspect.getsourcefile(inspect.unwrap(f)) or "" for f in functions}):
-        digest.update(path.encode())
+    """A hash of the source files defining ``functions``, by their contents alone: a changed
+    model gets a new identity, and the same file reached by another path (a module name or a
+    file's path, another checkout) keeps it."""
+    contents = set()
+    for function in functions:
+        path = inspect.getsourcefile(inspect.unwrap(function))
         if path and Path(path).is_file():
-            digest.update(Path(path).read_bytes())
-    return digest.hexdigest()
+            contents.add(hashlib.sha256(Path(path).read_bytes()).hexdigest())
+        else:  # no source to read (a compiled module): its name is all there is
+            contents.add(f"{getattr(function, '__module__', '')}:{getattr(function, '__qualname__', '')}")
+    return hashlib.sha256("|".join(sorted(contents)).encode()).hexdigest()
 
 
 def parse_value(text: str) -> Any:
@@ -107,6 +111,11 @@ def parse_value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def same_value(default: Any, value: Any) -> bool:
+    """Whether an override's value is the default's (``1`` is not ``True``, nor ``1.0``)."""
+    return type(default) is type(value) and default == value
 
 
 def parse_overrides(pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:

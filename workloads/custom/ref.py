@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import PurePath
 
 #: how a model is reached: a factory in the user's code, or a Hugging Face architecture
 ROUTES = ("factory", "hf")
@@ -56,3 +57,25 @@ class ModelRef:
     def label(self) -> str:
         """What ``--model`` said: ``hf:llama``, ``mypkg.models:make_model``."""
         return f"hf:{self.target}" if self.route == "hf" else self.target
+
+    @property
+    def name(self) -> str:
+        """The model's name in rows (their ``workload``) and so in every label: what it is,
+        without the path it was reached by, then its task and overrides:
+        ``bench_mine:make_model`` for ``bench_mine:make_model`` and
+        ``/abs/bench_mine.py:make_model`` alike (runs of one file pair wherever the checkout
+        is), ``bench_mine:make_model(hidden=128)``, ``hf:bert(masked-lm,num_hidden_layers=2)``,
+        ``hf:<folder name>``. Of the reference a model is stored under (its overrides those
+        that differ from the defaults), so two configs never read as one; ``model_hash``
+        tells apart two models that share a name."""
+        if self.route == "hf":
+            base = f"hf:{PurePath(self.target).name}" if PurePath(self.target).is_absolute() else self.label
+        else:
+            module, _, function = self.target.rpartition(":")
+            if module.endswith(".py") or "/" in module:
+                path = PurePath(module)
+                module = path.parent.name if path.stem == "__init__" else path.stem
+            base = f"{module.rpartition('.')[2]}:{function}"
+        said = [self.task] if self.task else []
+        said += [f"{key}={value}" for key, value in self.overrides]
+        return f"{base}({','.join(said)})" if said else base

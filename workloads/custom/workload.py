@@ -3,7 +3,8 @@ share once each has said how to build, feed and run the model.
 
 Nothing here is analytic. FLOPs are counted (``counting.count_step``) on the meta device at
 the run's own shape, once per shape and mode; where the model does not build or run on
-meta, on the CPU at batch 1 and 2 and scaled to the batch (``counted_scaled``). Memory is
+meta, on the CPU at batch 1 and 2 and scaled to the batch (``counted_scaled``), or at the
+run's batch where batch 1 cannot step (BatchNorm training). Memory is
 the parameters and AdamW's state, plus the peak bytes a step creates, measured in the same
 pass, so a run that cannot fit is refused before it is built, as for built-in workloads.
 """
@@ -55,9 +56,10 @@ class Measured:
     """One step's counted FLOPs and peak new bytes, and how they were obtained."""
 
     flops: float
-    source: str  # "counted": on meta at the run's shape; "counted_scaled": on the CPU at batch 1, x batch
+    source: str  # "counted": at the run's shape (on meta, or the CPU); "counted_scaled": on the CPU at batch 1 and 2
     incomplete: tuple[str, ...]  # matmul-like ops that ran but counted 0 FLOPs
     peak_bytes: int
+    attention: bool  # it ran attention, which the counter counts over the full S x S scores
 
 
 @dataclass(eq=False)
@@ -65,7 +67,7 @@ class CustomModel:
     """The config object of a custom workload's one size ("default"): how to build the model,
     make its batch and run it, what it is (``identity``), and the counts made so far."""
 
-    ref: ModelRef
+    ref: ModelRef  # as it is stored: the overrides that differ from the defaults, and the task served
     family: str
     description: str
     build: Callable[[], nn.Module]  # on the CPU, under the caller's seed and default dtype
@@ -73,6 +75,7 @@ class CustomModel:
     loss: Callable[[nn.Module, Batch], torch.Tensor]
     forward: Callable[[nn.Module, Batch], Any]
     dims: tuple[str, ...]
+    takes: str  # what its inputs take, and how to give them more: said when a dimension does not apply
     default_shape: Mapping[str, Shape]
     identity: str  # what the model is: config or source, and overrides (hashed into model_hash)
     loss_source: Callable[[], str]  # after a train step has run: which loss it used
@@ -124,6 +127,17 @@ def build_checked(model: CustomModel) -> nn.Module:
     return built
 
 
+def check_seeded(workload: Workload) -> None:
+    """Refuse a factory that draws unseeded weights before any run, as bad input: its two
+    builds from one seed are compared here, in the planning process, where otherwise every
+    worker would find the same thing and the invocation would end in failed rows."""
+    model = workload.config(workload.default_size)
+    if isinstance(model, CustomModel) and model.check_determinism:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            build_checked(model)
+
+
 def batch_on(model: CustomModel, shape: Shape, device: torch.device | str) -> Batch:
     return {k: v.to(device) for k, v in model.make_batch(shape, torch.Generator().manual_seed(0)).items()}
 
@@ -154,14 +168,14 @@ def dtype_of(module: nn.Module) -> torch.dtype:
 
 
 def measure(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype = torch.float32) -> Measured:
-    """Count one ``mode`` step at ``shape`` (cached): on meta, else on the CPU at batch 1 and 2.
+    """Count one ``mode`` step at ``shape`` (cached): on meta, else on the CPU (:func:`measure_on_cpu`).
 
     Some ops run on meta only in bfloat16 (``torch._grouped_mm``, HF's default MoE experts):
     a float32 step that fails on meta is counted in bfloat16 there, its FLOPs being the same
     and its bytes scaled to float32's, rather than building a model of any size on the CPU.
     On the CPU, attention is forced onto SDPA's math path, whose matmuls the counter sees;
-    FLOPs scale with the batch exactly, and the peak bytes are extrapolated along the line
-    through batch 1 and 2 (what does not grow with the batch, like gradients, stays once).
+    FLOPs and peak bytes are extrapolated along the line through batch 1 and 2 (what does
+    not grow with the batch, like gradients, stays once).
     A model that runs on neither is a ModelRefError: its config cannot serve a first step.
     """
     key = (shape, mode, dtype)
@@ -188,36 +202,62 @@ def measure_on_meta(model: CustomModel, shape: Shape, mode: str, dtype: torch.dt
     module = model.meta_model(dtype)
     batch = batch_on(model, shape, "meta")
     count = count_step(lambda: run_step(model, module, batch, mode))
-    return Measured(count.flops, "counted", count.incomplete, count.peak_bytes)
+    return Measured(count.flops, "counted", count.incomplete, count.peak_bytes, count.attention)
 
 
 def measure_on_cpu(model: CustomModel, shape: Shape, mode: str, dtype: torch.dtype, meta_error: Exception) -> Measured:
-    try:
-        with default_dtype(dtype), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            module = model.build()
+    """Count the step on a CPU build: at batch 1 and 2, and along their line to the run's
+    batch (``counted_scaled``); where it cannot step at batch 1 (BatchNorm training wants
+    two values per channel), at the run's own batch, exactly (``counted``). A model that
+    cannot step at the run's batch either is a ModelRefError naming the batch that failed."""
+    failures: list[tuple[int, Exception]] = []
+    module: nn.Module | None = None
+    for batches in [(1, 2), (shape.batch_size,)] if shape.batch_size > 1 else [(1,)]:
         counts: list[StepCount] = []
-        for batch_size in (1, 2):
-            batch = batch_on(model, Shape(batch_size, **shape.dims()), "cpu")
-            with sdpa_kernel(SDPBackend.MATH):
-                counts.append(count_step(lambda batch=batch: run_step(model, module, batch, mode)))
-    except ModelRefError:
-        raise
-    except Exception as error:
-        raise ModelRefError(
-            f"{model.ref.label} fails its first {mode} step at {describe(shape)}: "
-            f"{type(error).__name__}: {one_line(error)}"
-            + (
-                ""
-                if str(error) == str(meta_error)
-                else f" (on meta: {type(meta_error).__name__}: {one_line(meta_error)})"
-            )
-        ) from error
-    one, two = counts
-    batch_size = shape.batch_size
-    peak = one.peak_bytes + max(0, two.peak_bytes - one.peak_bytes) * (batch_size - 1)
-    incomplete = tuple(sorted(set(one.incomplete) | set(two.incomplete)))
-    return Measured(one.flops * batch_size, "counted_scaled", incomplete, int(peak))
+        for batch_size in batches:
+            try:
+                if module is None:
+                    with default_dtype(dtype), torch.random.fork_rng(devices=[]):
+                        torch.manual_seed(0)
+                        module = model.build()
+                batch = batch_on(model, Shape(batch_size, **shape.dims()), "cpu")
+                with sdpa_kernel(SDPBackend.MATH):
+                    counts.append(count_step(lambda batch=batch, module=module: run_step(model, module, batch, mode)))
+            except ModelRefError:
+                raise
+            except Exception as error:
+                failures.append((batch_size, error))
+                break
+        if len(counts) == 1:
+            [at] = counts
+            return Measured(at.flops, "counted", at.incomplete, at.peak_bytes, at.attention)
+        if len(counts) == 2:
+            one, two = counts
+            grown = shape.batch_size - 1
+            peak = one.peak_bytes + max(0, two.peak_bytes - one.peak_bytes) * grown
+            incomplete = tuple(sorted(set(one.incomplete) | set(two.incomplete)))
+            flops = one.flops + (two.flops - one.flops) * grown
+            return Measured(flops, "counted_scaled", incomplete, int(peak), one.attention or two.attention)
+    raise cannot_step(model, shape, mode, failures, meta_error) from failures[-1][1]
+
+
+def cannot_step(
+    model: CustomModel, shape: Shape, mode: str, failures: list[tuple[int, Exception]], meta_error: Exception
+) -> ModelRefError:
+    """The error of a step that failed at every batch tried: the last (the run's batch), then
+    any other failure that said something else, and the meta device's."""
+    batch_size, error = failures[-1]
+    said, others = {str(error)}, []
+    for other_batch, other in failures[:-1]:
+        if str(other) not in said:
+            said.add(str(other))
+            others.append(f"at batch_size={other_batch}: {type(other).__name__}: {one_line(other)}")
+    if str(meta_error) not in said:
+        others.append(f"on meta: {type(meta_error).__name__}: {one_line(meta_error)}")
+    return ModelRefError(
+        f"{model.ref.label} fails its first {mode} step at {describe(Shape(batch_size, **shape.dims()))}: "
+        f"{type(error).__name__}: {one_line(error)}" + (f" ({'; '.join(others)})" if others else "")
+    )
 
 
 def describe(shape: Shape) -> str:
@@ -295,6 +335,7 @@ def row_columns(model: CustomModel, shape: Shape, mode: str) -> dict[str, Any]:
         "model_hash": model.model_hash,
         "flops_source": measured.source,
         "flops_incomplete": json.dumps(list(measured.incomplete)) if measured.incomplete else None,
+        "attention_flops": "full" if measured.attention else None,  # none to count in an MLP or a CNN
         "loss_source": model.loss_source() if mode == "train" else None,
     }
 
@@ -302,7 +343,7 @@ def row_columns(model: CustomModel, shape: Shape, mode: str) -> dict[str, Any]:
 def workload_for(model: CustomModel) -> Workload:
     """The :class:`workloads.Workload` of a custom model: one size, "default"."""
     return Workload(
-        name=model.ref.label,
+        name=model.ref.name,
         suites=("custom",),
         family=model.family,
         description=model.description,
@@ -325,7 +366,8 @@ def workload_for(model: CustomModel) -> Workload:
 
 def dry_run(workload: Workload, shape: Shape, mode: str) -> None:
     """Run ``mode``'s first step at ``shape`` where it costs nothing (meta; else the CPU at
-    batch 1), so a config that cannot serve it is an error before any run starts."""
+    batch 1 and 2, or at the shape's batch), so a config that cannot serve it is an error
+    before any run starts."""
     model = workload.config(workload.default_size)
     if isinstance(model, CustomModel):  # a built-in or plugin workload declares its own counts
         measure(model, shape, mode if mode in (*MODES, *GENERATION_MODES) else "infer")

@@ -203,4 +203,5 @@ WORKLOAD = Workload(
     dims=("image_size",),
     published=PUBLISHED,
     size_suites={"50": ("mlperf",)},  # MLPerf Inference resnet50-v1.5 (and Training until v4.0)
+    attention=False,
 )
