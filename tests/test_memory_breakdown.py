@@ -90,6 +90,7 @@ def test_cpu_counts_weights_gradients_and_adamw_state_exactly_and_the_profiler_a
         assert all(pd.isna(row[c]) for c in ("energy_j", "joules_per_token", "joules_per_sample", "avg_power_w"))
 
 
+@pytest.mark.nightly  # the same parts as the cpu test above, on XLA's device: 66 s on the 2-core CI host
 def test_xla_counts_the_same_parts_on_the_device(user: Path, xla_python: str) -> None:
     """On torch_xla the step counters stay on the host: optimizer state is the moments alone."""
     found = cli(f"run --model mlp.py:make_model --inputs mlp.py:make_inputs --backend xla --python xla={xla_python} "

@@ -62,6 +62,7 @@ def test_train_compiles_settle_after_warmup_with_no_fallbacks(verified_train: tu
     assert (compiles.cache == "miss").sum() == row["compile_count"] and row["executions_per_step"] == 1.0
 
 
+@pytest.mark.nightly  # CI runs xla-compile in test_compiles.py and test_spmd.py; llama3 here took 60 CPU-s
 def test_openxla_compile_backend_runs(results_dir: Path, xla_python: str) -> None:
     row = run_xla(results_dir, xla_python, workload="llama3", backend="xla-compile", mode="infer")
     assert row["compile_count"] >= 1 and row["recompiles_after_warmup"] == 0
@@ -179,6 +180,7 @@ def greedy_tokens(python: str, backend: str, *workloads: str) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+@pytest.mark.nightly  # two workloads' prefill and decode graphs on XLA: 80 s on the 2-core CI host
 def test_xla_decode_gives_the_cpu_tokens_and_compiles_nothing_new_after_the_first_step(xla_python: str) -> None:
     """One greedy generation per backend (an XLA generation costs tens of seconds here, so
     its tokens and its compile counts are checked from the same one)."""
