@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +35,97 @@ def tpubench(
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+#: where this repository's own modules live: the modules :func:`in_process` keeps imported
+OWN_PACKAGES = tuple(str(ROOT / name) for name in ("tpubench", "workloads", "reports", "dashboard"))
+#: where the interpreter's modules live (the standard library, site-packages)
+INTERPRETER_DIRS = tuple(dict.fromkeys((sys.prefix, sys.base_prefix, sys.exec_prefix)))
+
+
+def in_process(
+    line: str, *args: str | Path, env: Mapping[str, str] | None = None, cwd: str | Path = ROOT
+) -> subprocess.CompletedProcess:
+    """The CLI's entry point run in this process, like ``tpubench(line, *args)`` without a new
+    interpreter, which imports torch and the registry again (5-8 CPU-seconds a call on CI's
+    2 cores): for what a command says, above all the input it refuses before anything runs.
+    Not for a command that starts anything (a run's worker, its fork server): that is an
+    error here. One subprocess test per command keeps checking the real process (its exit
+    status, its one line, no traceback).
+
+    The call leaves this process as it found it, as a subprocess would: ``os.environ``
+    (``env`` is applied for the call only; the CLI sets TORCH_DEVICE_BACKEND_AUTOLOAD,
+    TPUBENCH_WORKLOAD_MODULES, PYTHONPATH, OMP_NUM_THREADS), ``sys.path``, the working
+    directory (``cwd``, the checkout as for :func:`tpubench`), the warning filters, the
+    registered backends, and the modules of the user's code it imported (a ``my_model`` of
+    one test's folder must not be the next test's). Tables are drawn as when piped: to
+    ``COLUMNS``, 200 unless ``env`` sets it (tests/conftest.py).
+    """
+    import psutil
+
+    from tpubench import backends
+    from tpubench.cli import main
+    from tpubench.cli.common import console, console_width
+
+    saved_env, saved_path, saved_cwd, saved_argv = dict(os.environ), list(sys.path), os.getcwd(), sys.argv
+    saved_backends, saved_modules, saved_width = dict(backends.BACKENDS), set(sys.modules), console._width
+    children = {child.pid for child in psutil.Process().children(recursive=True)}
+    out, err, argv = io.StringIO(), io.StringIO(), ["tpubench", *shlex.split(line), *map(os.fspath, args)]
+    try:
+        os.environ.update({"COLUMNS": "200", **(env or {})})
+        os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # as tpubench.console's main
+        console.width = console_width(dict(os.environ), tty=False)  # fixed when the CLI was imported
+        os.chdir(cwd)
+        sys.argv = argv
+        with (
+            warnings.catch_warnings(),  # main() replaces showwarning; a fresh registry shows each warning again
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            _fresh_interpreter_warnings()
+            try:
+                main()
+                code: int | str | None = 0
+            except SystemExit as exited:
+                code = exited.code
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        backends.BACKENDS.clear()
+        backends.BACKENDS.update(saved_backends)
+        console._width = saved_width
+        for name in set(sys.modules) - saved_modules:
+            where = getattr(sys.modules[name], "__file__", None)
+            if where and not where.startswith(OWN_PACKAGES + INTERPRETER_DIRS):
+                del sys.modules[name]  # the user's model, a test's plugin module: imported afresh next time
+    started = [child for child in psutil.Process().children(recursive=True) if child.pid not in children]
+    assert not started, (
+        f"{' '.join(argv)} left {started} running: not a command for in_process, which is for those that start "
+        "nothing (a worker's fork server here is CPU no test measures, and a process the test leaks)"
+    )
+    if isinstance(code, str):  # as tpubench.console's exit: the message on stderr, status 1
+        err.write(code + "\n")
+        code = 1
+    return subprocess.CompletedProcess(argv, code or 0, out.getvalue(), err.getvalue())
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` line of a refusal (exit 2), which it returns for the test to read."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def _fresh_interpreter_warnings() -> None:
+    """A new interpreter's warning filters, not pytest's: the deprecations a subprocess never
+    shows would be extra lines on stderr."""
+    warnings.resetwarnings()
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", category)
 
 
 #: one step's peak as a worker measures it: a fresh process, CpuBackend's baseline before the

@@ -14,7 +14,7 @@ import termios
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, command, tpubench
+from helpers import ROOT, command, in_process, tpubench
 
 from tpubench import store
 from tpubench.cli.run import left_out
@@ -77,7 +77,7 @@ def test_python_m_tpubench_is_the_same_command() -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:
-    result = tpubench(*args)
+    result = in_process(*args)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
@@ -180,6 +180,8 @@ def test_two_suites_writing_to_one_directory_lose_nothing(fault_workloads: None,
 
 
 def test_a_results_path_that_is_a_file_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """The process-level check of ``run``'s refusals (the others run the CLI in this process):
+    the real command exits 2 with one line and no traceback."""
     path = tmp_path / "results.txt"
     path.write_text("not a directory")
     result = tpubench("run --workload gpt2 --backend cpu --mode infer --results", str(path))
@@ -194,7 +196,7 @@ def test_an_immutable_results_directory_is_refused_before_anything_runs(tmp_path
     if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not possible on this file system")
     try:
-        result = tpubench("run --workload gpt2 --backend cpu --mode infer --results", str(folder))
+        result = in_process("run --workload gpt2 --backend cpu --mode infer --results", str(folder))
     finally:
         subprocess.run(["chattr", "-i", str(folder)], check=True)
     assert result.returncode == 2, result.stdout
@@ -349,7 +351,7 @@ def test_compiles_of_an_unknown_run_names_its_own_list(tmp_path: Path) -> None:
     store.InvocationWriter(tmp_path, "inv", started).add(
         {"run_id": "abcdef0123456789", "invocation_id": "inv", "started_at": started, "status": "ok"}
     )
-    done = tpubench("compiles NOSUCHRUN --results", str(tmp_path))
+    done = in_process("compiles NOSUCHRUN --results", str(tmp_path))
     assert done.returncode == 2 and done.stderr.startswith("error: unknown run 'NOSUCHRUN'")
     assert "`tpubench compiles` lists the runs" in done.stderr and "tpubench ops" not in done.stderr
 

@@ -85,7 +85,7 @@ def test_item_breaks_the_graph_then_recompiles_by_value_until_the_limit(
 @pytest.mark.slow
 def test_fail_on_recompile_fails_the_run_with_the_reason(compile_workloads: None, results_dir: Path) -> None:
     """The failed run keeps its events, the refused compile last, for ``tpubench compiles`` to show."""
-    from test_ops import in_process
+    from helpers import in_process
 
     row, events = run(results_dir, "recompile-shape", "cpu-compile-eager", fail_on_recompile=True)
     assert row["status"] == "failed"

@@ -22,7 +22,7 @@ from compile_rows import (
     write,
     xla_events,
 )
-from test_ops import in_process, one_error_line
+from helpers import in_process, one_error_line
 
 from tpubench import store
 from tpubench.analysis import compare

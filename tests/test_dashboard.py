@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import ROOT, command, tpubench, wait_for
+from helpers import ROOT, command, in_process, tpubench, wait_for
 from multi_device_rows import run_row, write_runs
 from streamlit.testing.v1 import AppTest
 
@@ -478,6 +478,14 @@ def test_filters_keep_runs_by_column_tag_and_day() -> None:
 
 
 def test_cli_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
+    """In this process (no server starts for input it refuses), then once as the real command:
+    the process-level check of ``dashboard``'s refusals."""
+
+    def refused(done: subprocess.CompletedProcess, message: str) -> None:
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr
+
     afile = tmp_path / "file"
     afile.write_text("")
     with socket.socket() as taken:
@@ -490,10 +498,8 @@ def test_cli_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
             (f"dashboard --results {tmp_path} --results {afile}", "not a directory"),
             (f"dashboard --port {port}", f"cannot listen on 127.0.0.1:{port}"),
         ):
-            done = tpubench(line)
-            assert done.returncode == 2, done.stderr
-            assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
-            assert done.stderr.count("\n") == 1, done.stderr
+            refused(in_process(line), message)
+    refused(tpubench("dashboard --port 70000"), "--port expects 1-65535")
 
 
 #: the dashboard run by AppTest in a process of the command's interpreter flags; what it imported

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, command, wait_for
+from helpers import ROOT, command, in_process, wait_for
 from host_workloads import job_losses, one_device_losses
 
 from tpubench import store
@@ -222,14 +222,12 @@ def test_an_unreachable_host_0_is_one_clear_line_after_the_join_timeout(two_host
         ("--hosts 2 --devices 4 --parallel fsdp --node-rank 0 --master h:1 --resume", "--resume is not supported"),
     ],
 )
-def test_bad_host_options_are_one_error_line_before_anything_runs(tmp_path: Path, options: str, error: str) -> None:
-    env = {key: value for key, value in os.environ.items() if key not in ("MASTER_ADDR", "TPU_WORKER_HOSTNAMES")}
-    for name in (*hosts.NODE_RANK_SOURCES, *hosts.SLURM_NODELISTS):
-        env.pop(name, None)
-    done = subprocess.run(
-        command(f"run --workload gpt2 --backend cpu {options}", "--results", str(tmp_path / "r")),
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def test_bad_host_options_are_one_error_line_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: str, error: str
+) -> None:
+    for name in ("MASTER_ADDR", "TPU_WORKER_HOSTNAMES", *hosts.NODE_RANK_SOURCES, *hosts.SLURM_NODELISTS):
+        monkeypatch.delenv(name, raising=False)
+    done = in_process(f"run --workload gpt2 --backend cpu {options}", "--results", str(tmp_path / "r"))
     assert done.returncode == 2, done.stdout + done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and error in lines[0], lines

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from helpers import in_process
 from helpers import tpubench as cli
 
 import tpubench
@@ -154,7 +155,7 @@ def _toy():
 )
 def test_the_cli_refuses_a_bad_layout_in_one_line(tmp_path: Path, command: str, line: str, message: str) -> None:
     where = "--out" if command == "ci" else "--results"
-    done = cli(f"{command} --workload gpt2 --backend cpu {line} {where}", str(tmp_path / "r"))
+    done = in_process(f"{command} --workload gpt2 --backend cpu {line} {where}", str(tmp_path / "r"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1
     assert not list(tmp_path.rglob("*.parquet"))  # nothing ran

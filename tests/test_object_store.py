@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from helpers import ROOT, tpubench, wait_for
+from helpers import ROOT, in_process, tpubench, wait_for
 
 from tpubench import store
 
@@ -99,7 +99,7 @@ def test_a_run_writes_to_the_bucket_and_every_reader_reads_it(s3: str) -> None:
 
 
 def test_a_bucket_that_cannot_be_written_is_refused_before_anything_runs(s3: str) -> None:
-    result = tpubench("run --workload gpt2 --backend cpu --mode infer --results s3://no-such-bucket/x")
+    result = in_process("run --workload gpt2 --backend cpu --mode infer --results s3://no-such-bucket/x")
     assert result.returncode == 2 and result.stderr.startswith("error: --results s3://no-such-bucket/x: cannot write")
 
 

@@ -9,17 +9,14 @@ views of the same traces: torch.profiler's ``key_averages`` and XProf's ``Profil
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import json
 import os
 import random
-import shlex
 import shutil
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -31,12 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from helpers import ROOT, command, tpubench, wait_for
+from helpers import ROOT, command, in_process, one_error_line, tpubench, wait_for
 
 from tpubench import store
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, categorize
-from tpubench.cli import main
 from tpubench.runner import SuiteRunner, plan
 from tpubench.traces import TraceError, ingest, read_trace
 from tpubench.traces.chrome import read_chrome
@@ -99,27 +95,6 @@ def set_trace_path(results: Path, run_id: str, value: str) -> None:
         paths = [value if r == run_id else p for r, p in recorded]
         index = table.schema.get_field_index("trace_path")
         pq.write_table(table.set_column(index, "trace_path", pa.array(paths, pa.string())), path)
-
-
-def in_process(line: str, *args: str) -> subprocess.CompletedProcess:
-    """The CLI's entry point run in this process, like ``tpubench(line, *args)`` without a
-    new interpreter (which imports torch, seconds each on a busy 2-core host): for checks
-    of what a command says; the subprocess tests cover the process itself."""
-    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
-    sys.argv = ["tpubench", *shlex.split(line), *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
-            main()
-    finally:
-        sys.argv = argv
-    return subprocess.CompletedProcess(sys.argv, exited.value.code, out.getvalue(), err.getvalue())
-
-
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 # --- the category table ---------------------------------------------------------------

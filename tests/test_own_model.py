@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, in_process
 from rich.console import Console
 
 import tpubench
@@ -284,8 +284,10 @@ def test_bad_model_input_is_one_error_line_and_exit_2(
     assert not (user_dir / "res" / "runs").exists()
 
 
-def test_bad_model_input_from_the_real_command_line(user_dir: Path) -> None:
-    result = cli("run", "--model", "my_model.py:not_there", "--backend", "cpu", cwd=user_dir)
+def test_bad_model_input_from_the_command_line(user_dir: Path) -> None:
+    """A file path relative to the user's folder, read from the command line as typed there
+    (test_cli.py's process-level check covers ``run``'s real process)."""
+    result = in_process("run --model my_model.py:not_there --backend cpu", cwd=user_dir)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stdout + result.stderr

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers import ROOT, tpubench
+from helpers import ROOT, in_process, tpubench
 
 from tpubench import __version__, store
 from tpubench.schema import SCHEMA_VERSION
@@ -77,20 +77,25 @@ def test_compare_fail_on_regression_exits_1_only_on_a_regression(two_sides):
     ],
 )
 def test_compare_bad_input_is_one_error_line(two_sides, line, message):
-    done = tpubench(f"compare {line} --results", str(two_sides))
+    done = in_process(f"compare {line} --results", str(two_sides))
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_compare_of_a_missing_store_is_an_error(tmp_path):
+    """The process-level check of the store commands' refusals (compare, regressions, report,
+    export; the others run the CLI in this process): the real command exits 2 with one line
+    and no traceback."""
     done = tpubench("compare --baseline latest --candidate latest --results", str(tmp_path / "nothing"))
     assert done.returncode == 2 and "does not exist" in done.stderr
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("target", ["missing/compare.md", "."])
 def test_compare_markdown_to_a_missing_folder_or_a_directory_is_one_error_line(two_sides, tmp_path, target):
     """Both gave a traceback after the comparison was computed, and lost it."""
-    done = tpubench(
+    done = in_process(
         "compare --baseline tag.side=a --candidate tag.side=b --results",
         str(two_sides),
         "--markdown",
@@ -113,7 +118,7 @@ def test_compare_markdown_to_a_missing_folder_or_a_directory_is_one_error_line(t
 def test_a_stores_runs_folder_is_refused_with_the_store_to_give(two_sides, tmp_path, line):
     """`run` printed `results: DIR/runs`, and that path given to `ops` or
     `regressions` reported nothing with exit 0."""
-    done = tpubench(line.format(store=two_sides, out=tmp_path))
+    done = in_process(line.format(store=two_sides, out=tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("error: ") and f"give the store itself: {two_sides}" in done.stderr
 
@@ -132,7 +137,7 @@ def test_compare_results_that_is_a_file_says_so(tmp_path):
     """A file given as --results was said not to exist."""
     path = tmp_path / "results.parquet"
     path.write_text("not a store")
-    done = tpubench("compare --baseline latest --candidate latest --results", str(path))
+    done = in_process("compare --baseline latest --candidate latest --results", str(path))
     assert done.returncode == 2 and "is a file, not a directory" in done.stderr, done.stderr
 
 
@@ -250,7 +255,7 @@ def test_report_writes_offline_html_and_markdown(two_sides, tmp_path):
 
 
 def test_report_bad_output_path(two_sides, tmp_path):
-    done = tpubench("report --results", str(two_sides), "--out", tmp_path / "no" / "such" / "r.html")
+    done = in_process("report --results", str(two_sides), "--out", str(tmp_path / "no" / "such" / "r.html"))
     assert done.returncode == 2 and "does not exist" in done.stderr
 
 
@@ -262,7 +267,7 @@ def test_export_pytorch_benchmark_records(two_sides, tmp_path):
     steps = [r for r in found if r["metric"]["name"] == "step_ms"]
     assert len(steps) == 2 and all(len(r["metric"]["benchmark_values"]) == 8 for r in steps)
     assert steps[0]["benchmark"]["extra_info"]["tag.side"] == "a" and steps[0]["model"]["backend"] == "cpu"
-    bad = tpubench("export --format csv --results", str(two_sides), "--out", out)
+    bad = in_process("export --format csv --results", str(two_sides), "--out", str(out))
     assert bad.returncode == 2 and "unknown --format 'csv'" in bad.stderr
 
 
@@ -341,7 +346,7 @@ def test_regressions_on_a_short_history_finds_nothing_and_says_so(two_sides):
     done = tpubench("regressions --since 2000-01-01 --results", str(two_sides))
     assert done.returncode == 0, done.stderr
     assert "0 change point(s) in 1 series" in done.stdout
-    bad = tpubench("regressions --metric status --results", str(two_sides))
+    bad = in_process("regressions --metric status --results", str(two_sides))
     assert bad.returncode == 2 and "not a numeric runs column" in bad.stderr
 
 
@@ -504,23 +509,26 @@ def test_a_doubling_on_a_quiet_host_regresses_at_five_runs_per_side(tmp_path):
 
 
 def test_ci_refuses_rounds_below_a_verdicts_minimum(tmp_path):
-    """--rounds 2 could never show a regression; refused before anything runs."""
+    """--rounds 2 could never show a regression; refused before anything runs. The
+    process-level check of ``ci``'s refusals (the others run the CLI in this process): the
+    real command exits 2 with one line and no traceback."""
     done = tpubench(CI.replace("--rounds 5", "--rounds 2"), "--out", str(tmp_path / "night"))
     assert done.returncode == 2 and done.stderr.startswith("error: --rounds 2: a verdict needs 5 runs per side")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr and not list(tmp_path.glob("night/results/runs/*/*.parquet"))
 
 
 def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
-    missing = tpubench(CI, "--out", str(tmp_path / "o1"), "--baseline", str(tmp_path / "nope"))
+    missing = in_process(CI, "--out", str(tmp_path / "o1"), "--baseline", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no such directory" in missing.stderr
     corrupt = tmp_path / "corrupt"
     (corrupt / "runs" / "date=2026-11-30").mkdir(parents=True)
     (corrupt / "runs" / "date=2026-11-30" / "x.parquet").write_bytes(b"not parquet at all")
-    done = tpubench(CI, "--out", str(tmp_path / "o2"), "--baseline", str(corrupt))
+    done = in_process(CI, "--out", str(tmp_path / "o2"), "--baseline", str(corrupt))
     assert done.returncode == 2 and "is corrupt" in done.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
-    done = tpubench(CI, "--out", str(tmp_path / "o3"), "--baseline", str(empty))
+    done = in_process(CI, "--out", str(tmp_path / "o3"), "--baseline", str(empty))
     assert done.returncode == 2 and "no runs in it" in done.stderr
     assert not list((tmp_path / "o3").glob("results/runs/*/*.parquet"))  # nothing ran
 
@@ -536,7 +544,7 @@ def test_ci_refuses_a_missing_or_corrupt_baseline_before_running(tmp_path):
 def test_ci_refusing_its_input_leaves_no_out_folder(tmp_path, extra, message):
     """`ci` created its --out folder, then rejected the input and left it empty."""
     out = tmp_path / "night"
-    done = tpubench(CI, "--out", str(out), *(arg.format(tmp=tmp_path) for arg in extra))
+    done = in_process(CI, "--out", str(out), *(arg.format(tmp=tmp_path) for arg in extra))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not out.exists()
 

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tpubench
-from test_ops import copy_store, in_process, one_error_line, profiled, set_trace_path
+from helpers import in_process, one_error_line, tpubench
+from test_ops import copy_store, profiled, set_trace_path
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from tpubench import store

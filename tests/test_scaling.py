@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import in_process, one_error_line
 from multi_device_rows import run_row, write_runs
-from test_ops import in_process, one_error_line
 
 from tpubench import peaks, store
 from tpubench.analysis import collectives as intervals

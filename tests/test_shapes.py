@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, tpubench
+from helpers import ROOT, in_process, tpubench
 from streamlit.testing.v1 import AppTest
 
 from dashboard import RESULTS_ENV, catalog
@@ -114,7 +114,7 @@ def test_report_and_hud_export_carry_the_dimensions(results: Path, tmp_path: Pat
     ],
 )
 def test_a_dimension_no_chosen_workload_takes_is_one_error_line(tmp_path: Path, line: str, message: str) -> None:
-    done = tpubench(f"run {line} --backend cpu --results", str(tmp_path / "r"), env=SHAPES)
+    done = in_process(f"run {line} --backend cpu --results", str(tmp_path / "r"), env=SHAPES)
     assert done.returncode == 2, done.stdout
     assert done.stderr.startswith("error: ") and message in done.stderr and len(done.stderr.splitlines()) == 1
 

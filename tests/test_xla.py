@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, tpubench
+from helpers import ROOT, in_process
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
@@ -161,7 +161,7 @@ def test_missing_torch_xla_is_unavailable_and_names_the_interpreter(results_dir:
 def test_unwritable_compile_cache_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = tpubench("run", "--backend", "cpu", "--compile-cache", str(blocker / "cache"))
+    result = in_process("run", "--backend", "cpu", "--compile-cache", str(blocker / "cache"))
     assert result.returncode == 2
     assert (
         result.stderr.startswith("error: --compile-cache") and "cannot write there (Not a directory)" in result.stderr
