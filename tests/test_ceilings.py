@@ -4,6 +4,7 @@ against them, and the bad input the command refuses before anything runs."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,96 @@ def test_xla_matmul_and_stream_on_pjrt_cpu(xla_python: str, results_dir: Path) -
     assert {r["op"] for r in rows if r["kind"] == "memory"} == {"scale", "add", "triad"}  # XLA elides a copy
     assert all(1e6 < r["median_rate"] < 1e13 for r in rows)  # sane for a CPU, not a tracing artefact
     assert {r["device"] for r in rows} == {"CPU (PJRT)"}
+
+
+#: nccl-tests' bus-bandwidth factor of each collective at group sizes 2 and 4, written out
+#: (all-reduce 2(n-1)/n, the others (n-1)/n) so the test checks the one definition's numbers
+FACTORS = {
+    ("all_reduce", 2): 1.0,
+    ("all_reduce", 4): 1.5,
+    **{(op, n): (n - 1) / n for op in ("all_gather", "reduce_scatter", "all_to_all") for n in (2, 4)},
+}
+
+
+@pytest.mark.parametrize("group", [pytest.param(2, marks=pytest.mark.nightly), 4])
+def test_xla_spmd_collectives_over_virtual_devices(
+    group: int, xla_python: str, results_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch_xla's own collectives under SPMD in one worker over CPU_NUM_DEVICES virtual
+    devices: every SPMD collective, 8 chained in one graph per sample and divided by 8, busbw
+    by nccl-tests' factors. XLA's optimised HLO (dumped by the worker) holds exactly 8 of the
+    op per graph, over the group's devices: none merged, none left out."""
+    dump = tmp_path / "hlo"
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
+    runner = SuiteRunner(results_dir, pythons={"xla": xla_python})
+    rows = run_ceilings(runner, [CeilingSpec("xla", "collective", devices=group, max_size=MESSAGE_MAX)])
+    check_points(rows, 10)
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")  # broadcast: no root under SPMD
+    assert [(r["op"], r["size_bytes"], r["devices"]) for r in rows] == [(op, 1024, group) for op in ops]
+    for row in rows:
+        assert row["busbw_factor"] == pytest.approx(FACTORS[row["op"], group])
+        assert row["bytes_per_op"] == 1024 and row["algbw_median"] == pytest.approx(1024 / row["median_s"])
+        assert (row["timing"], row["reps"], row["simulated"], row["device"]) == ("xla_graph/8", 8, True, "CPU (PJRT)")
+        assert "broadcast left out" in row["warnings"]
+    graphs = []  # each compiled graph with collectives: {opcode: count}, and the sizes of its groups
+    for path in dump.glob("*after_optimizations.txt"):
+        text = path.read_text()
+        found = {op: text.count(f" {op}(") for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+        if any(found.values()):
+            sizes = {len(g.split(",")) for g in re.findall(r"replica_groups=\{\{([0-9,]+)\}\}", text)}
+            graphs.append(({op: count for op, count in found.items() if count}, sizes))
+    expected = [({op.replace("_", "-"): 8}, {group}) for op in ops]
+    assert sorted(graphs, key=str) == sorted(expected, key=str)
+
+
+def test_refusals_by_the_devices_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the probe says a device lacks is refused before any worker: a dtype below a GPU's
+    compute capability, a collective where the backend has one device or fewer than the group,
+    a size the memory cannot hold (with the estimate). Simulated devices default to a group of 2."""
+    from tpubench.cli.ceilings import check_backend, plan
+    from tpubench.cli.common import BadInput
+
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+
+    volta = {"device_name": "Tesla V100", "compute_capability": "7.0", "parallel_devices": 1}
+    cases = [
+        (
+            "cuda",
+            volta,
+            ["matmul"],
+            ["bfloat16"],
+            None,
+            None,
+            "cuda (Tesla V100) has no bfloat16 matmul; valid: float32, float16",
+        ),
+        (
+            "xla",
+            {"parallel_devices": 1},
+            ["collective"],
+            [],
+            None,
+            None,
+            "collective ceilings need at least 2 devices; xla has 1",
+        ),
+        ("xla", {"parallel_devices": 4}, ["collective"], [], None, [8], "--group-size 8: xla has 4 devices"),
+        (
+            "cpu",
+            {"memory_bytes": 2**30},
+            ["memory"],
+            [],
+            2**30,
+            None,
+            "a memory point needs about 3.0 GiB, more than the 1.0 GiB",
+        ),
+    ]
+    for backend, availability, kinds, dtypes, max_size, groups, message in cases:
+        with pytest.raises(BadInput, match=re.escape(message)):
+            check_backend(backend, availability, kinds, dtypes, max_size, groups)
+    check_backend("xla", {"parallel_devices": 4}, ["collective"], [], None, [2, 4])  # torch_xla has a sweep now
+    specs = plan("xla", {"parallel_devices": 8}, ["collective"], [], None, False, None, 60.0)
+    assert [(s.kind, s.devices) for s in specs] == [("collective", 2)]  # PJRT CPU's devices are simulated
+    specs = plan("xla", {"parallel_devices": 8}, ["collective"], [], None, True, None, 60.0)
+    assert [s.devices for s in specs] == [2, 4, 8]
 
 
 def test_bad_input_is_one_error_line(results_dir: Path) -> None:

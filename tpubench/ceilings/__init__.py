@@ -10,7 +10,8 @@ as every run, and stores one row per sweep point in the ``ceilings`` table (docs
   two and the registry's real GEMM shapes (:mod:`.matmul`);
 - ``memory``: STREAM copy, scale, add and triad by array size, and host-device copies (:mod:`.memory`);
 - ``collective``: bus bandwidth of all_reduce, all_gather, reduce_scatter, all_to_all and
-  broadcast by message and group size (:mod:`.collective`);
+  broadcast by message and group size (:mod:`.collective`: rank processes; torch_xla's under
+  SPMD in one process: :mod:`.xla_collective`);
 - ``latency``: the time of an empty step (:mod:`.latency`).
 
 This module is torch-free: the parent plans and checks a sweep with it; the measuring
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpubench.analysis.ceilings import LLC_MULTIPLE
-from tpubench.parallel import PROCESS_FAMILIES
+from tpubench.parallel import PROCESS_FAMILIES, SPMD_FAMILIES
 from tpubench.spec import RunSpec
 
 KINDS = ("matmul", "memory", "collective", "latency")
@@ -222,6 +223,12 @@ def estimate_bytes(kind: str, size: int, dtype: str, devices: int = 1) -> int:
     if kind == "collective":
         return 2 * size
     return 0
+
+
+def has_collectives(backend: str) -> bool:
+    """Whether ``backend`` has a collective sweep: the process families' (gloo, nccl,
+    ``tpu_dist`` ranks) or the SPMD families' (torch_xla's collectives in one process)."""
+    return family(backend) in PROCESS_FAMILIES or family(backend) in SPMD_FAMILIES
 
 
 def is_multi_process(spec: CeilingSpec) -> bool:

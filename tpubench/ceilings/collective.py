@@ -10,7 +10,9 @@ slowest rank's time (:func:`merge`), as a multi-device run's step is its slowest
 S, the message size, is nccl-tests' (doc/PERFORMANCE.md): the buffer each rank holds,
 the output for all-gather and the input for reduce-scatter. ``algbw = S / t`` and
 ``busbw = algbw x factor(n)`` with :mod:`tpubench.analysis.collectives`' factors, the one
-definition tpubench has; a row's rate columns are the bus bandwidth.
+definition tpubench has; a row's rate columns are the bus bandwidth. torch_xla's
+collectives run in one process under SPMD instead (:mod:`.xla_collective`), with the same
+S and the same columns (:func:`bandwidth_columns`).
 """
 
 from __future__ import annotations

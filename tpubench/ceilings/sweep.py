@@ -1,7 +1,8 @@
 """A ceilings worker's sweep: set the backend up, measure each point, return the rows.
 
 Runs inside a worker process (:mod:`tpubench.worker`, request kind ``ceiling``) or, for a
-collective of a process family, in each of its rank processes.
+collective of a process family, in each of its rank processes. torch_xla's collectives run
+in the one worker, over its group of devices under SPMD (:mod:`.xla_collective`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import torch
 
 from tpubench.backends import get_backend
-from tpubench.ceilings import CeilingSpec, collective, device, latency, matmul, memory
+from tpubench.ceilings import CeilingSpec, collective, device, family, latency, matmul, memory, xla_collective
 from tpubench.hostload import HostLoadMeter, busy_warning
 from tpubench.warning import TpubenchWarning
 
@@ -22,6 +23,8 @@ MEASURE = {
     "collective": collective.measure,
     "latency": latency.measure,
 }
+#: a kind's measure for a backend family with its own path (the SPMD families' collectives)
+FAMILY_MEASURE = {("xla", "collective"): xla_collective.measure}
 
 
 def measure(spec: CeilingSpec, channel: Any) -> dict[str, Any]:
@@ -37,7 +40,8 @@ def measure(spec: CeilingSpec, channel: Any) -> dict[str, Any]:
     meter = HostLoadMeter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        points = MEASURE[spec.kind](spec, facts, notes)
+        measure_points = FAMILY_MEASURE.get((family(spec.backend), spec.kind), MEASURE[spec.kind])
+        points = measure_points(spec, facts, notes)
     load = meter.stop()
     notes += [str(w.message) for w in caught if issubclass(w.category, TpubenchWarning)]
     if busy := busy_warning(load):

@@ -17,10 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tpubench import ceilings
-from tpubench.backends import BACKENDS
+from tpubench.backends import BACKENDS, get_backend
 from tpubench.cli.common import BadInput, app, choose, console, key_values, writable_results
 from tpubench.cli.planning import pythons
-from tpubench.parallel import PROCESS_FAMILIES
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.runner import SuiteRunner, run_ceilings
 
@@ -118,10 +117,10 @@ def check_backend(
                     f"more than the {memory / 2**30:.1f} GiB of {device}"
                 )
     if "collective" in kinds:
-        if ceilings.family(backend) not in PROCESS_FAMILIES:
+        if not ceilings.has_collectives(backend):
             raise BadInput(
-                f"collective ceilings on {backend} (SPMD) have no sweep yet; "
-                f"valid: {', '.join(b for b in BACKENDS if ceilings.family(b) in PROCESS_FAMILIES)}"
+                f"collective ceilings on {backend} have no sweep; "
+                f"valid: {', '.join(b for b in BACKENDS if ceilings.has_collectives(b))}"
             )
         have = availability.get("parallel_devices") or 1
         if have < 2:
@@ -156,7 +155,10 @@ def plan(
             specs.append(ceilings.CeilingSpec(dtypes=chosen, **common))
             continue
         have = availability.get("parallel_devices") or 1
-        simulated_default = [2] if backend.split("-")[0] == "cpu" and not full else list(ceilings.GROUP_SIZES)
+        # simulated devices (gloo ranks, PJRT CPU's virtual devices) share the host's cores:
+        # a group of 2 checks the plumbing by default, --full tries every group size
+        simulated = get_backend(backend).simulated_devices()
+        simulated_default = [2] if simulated and not full else list(ceilings.GROUP_SIZES)
         for group in group_sizes or [n for n in simulated_default if n <= have]:
             specs.append(ceilings.CeilingSpec(dtypes=chosen[:1], devices=group, **common))
     return specs
@@ -231,7 +233,7 @@ def ceilings_command(
         wanted = kinds or [
             k
             for k in ceilings.KINDS
-            if (k != "collective" or (devices > 1 and ceilings.family(name) in PROCESS_FAMILIES))
+            if (k != "collective" or (devices > 1 and ceilings.has_collectives(name)))
             and not (max_size and max_size < SMALLEST.get(k, 0))
         ]
         if availability["available"]:
