@@ -618,3 +618,23 @@ def test_ceilings_draws_each_kind_and_runs_show_mfu_of_the_measured_ceiling(serv
     overview.radio(key="value").set_value("mfu_attained").run()
     cells = frames(overview)[0].iloc[:, 0].str.removesuffix(" ⚠")
     assert cells.str.replace(",", "").map(float).gt(0).all(), cells  # thousands separated
+
+
+def test_ceilings_draws_a_collective_sweep_beside_its_picker(serve, tmp_path: Path) -> None:
+    """A store whose ceilings include a collective sweep (rows as `tpubench ceilings --kind
+    collective` writes them): its bus-bandwidth curve draws under the collective picker. The
+    picker and the chart once shared the key "collective", and the page raised instead."""
+    started = pd.Timestamp("2026-12-01 10:00", tz="UTC").to_pydatetime()
+    writer = store.InvocationWriter(tmp_path, "inv-ceilings", started, tables=("ceilings",))
+    rows = [
+        {"run_id": "sweep", "invocation_id": "inv-ceilings", "started_at": started, "kind": "collective",
+         "op": op, "dtype": "float32", "backend": "cpu", "device": "CPU", "device_kind": "cpu", "devices": 2,
+         "shape": f"{size} B", "size_bytes": size, "bytes_per_op": float(size), "status": "ok",
+         "median_s": size / 1e9, "median_rate": 1e9, "max_rate": 1.1e9, "p10_rate": 0.9e9, "rate_unit": "B/s"}
+        for op in ("all_reduce", "all_gather") for size in (2**16, 2**20)
+    ]  # fmt: skip
+    store.Location(tmp_path).write_table(store.to_table(rows, "ceilings"), writer.paths["ceilings"])
+    app = serve(tmp_path, "Ceilings")
+    assert app.selectbox(key="collective").value in ("all_gather", "all_reduce")
+    assert charts(app) == 1
+    assert set(frames(app)[0]["op"]) == {"all_reduce", "all_gather"}

@@ -9,7 +9,6 @@ import plotly.express as px
 import streamlit as st
 
 from dashboard import data, state, ui
-from tpubench.analysis import ceilings
 
 #: each kind's curve: its x axis and the unit its rate is shown in
 AXES = {
@@ -39,9 +38,9 @@ def curve(points: pd.DataFrame, kind: str, title: str) -> object:
     return figure
 
 
-def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """``tpubench ceilings --show``'s table: each line's best point beside the data sheet."""
-    lines = ceilings.summary(frame)
+def summary_table(lines: pd.DataFrame) -> pd.DataFrame:
+    """``tpubench ceilings --show``'s table (``lines``: :func:`tpubench.analysis.ceilings.summary`): each line's
+    best point beside the data sheet."""
     return pd.DataFrame(
         {
             "backend": lines["backend"],
@@ -82,26 +81,27 @@ def main() -> None:
         "device and dtype. Simulated devices (gloo ranks or PJRT CPU devices sharing the host) show the plumbing, "
         "not a link."
     )
-    ui.table(summary_table(frame).style.format(precision=3, thousands=",", na_rep="-"))
-    matmul = ceilings.curves(frame, "matmul")
+    ui.table(summary_table(data.ceilings_summary(view.results)).style.format(precision=3, thousands=",", na_rep="-"))
+    matmul = data.ceilings_curves(view.results, "matmul")
     if not matmul.empty:
         dtypes = sorted(matmul["dtype"].unique())
         st.subheader("Matmul FLOP/s by matrix size")
         for column, dtype in zip(st.columns(len(dtypes)), dtypes, strict=True):
-            column.plotly_chart(curve(matmul[matmul["dtype"] == dtype], "matmul", dtype), key=f"matmul-{dtype}")
-    memory = ceilings.curves(frame, "memory")
+            shown = matmul[matmul["dtype"] == dtype]
+            column.plotly_chart(curve(shown, "matmul", dtype), key=f"ceilings-matmul-{dtype}")
+    memory = data.ceilings_curves(view.results, "memory")
     if not memory.empty:
         st.subheader("Memory bandwidth by transfer size")
         ops = list(dict.fromkeys(memory["op"]))
         default = "triad" if "triad" in ops else ops[0]
         op = st.selectbox("Kernel", ops, key=state.bind("kernel", default, choices=ops))
-        st.plotly_chart(curve(memory[memory["op"] == op], "memory", f"STREAM {op}"), key="memory")
-    collective = ceilings.curves(frame, "collective")
+        st.plotly_chart(curve(memory[memory["op"] == op], "memory", f"STREAM {op}"), key="ceilings-memory")
+    collective = data.ceilings_curves(view.results, "collective")
     if not collective.empty:
         st.subheader("Bus bandwidth by message size")
         ops = list(dict.fromkeys(collective["op"]))
         op = st.selectbox("Collective", ops, key=state.bind("collective", ops[0], choices=ops))
-        st.plotly_chart(curve(collective[collective["op"] == op], "collective", op), key="collective")
+        st.plotly_chart(curve(collective[collective["op"] == op], "collective", op), key="ceilings-collective")
 
 
 main()
