@@ -35,7 +35,7 @@ from tpubench.serving import PERCENTILES
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300
 #: what the sidebar filters and the pages' pickers need of every run
-INDEX_COLUMNS = (
+PICKER_COLUMNS = (
     "run_id",
     "invocation_id",
     "started_at",
@@ -71,7 +71,7 @@ TREND_METRICS = {
     "joules_per_token": "energy per token (J, measured)",
 }
 SERVING_COLUMNS = (
-    *INDEX_COLUMNS,
+    *PICKER_COLUMNS,
     *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in PERCENTILES),
     "output_tokens_per_s",
     "total_tokens_per_s",
@@ -80,9 +80,9 @@ SERVING_COLUMNS = (
 )
 
 
-#: what the Scaling page reads of a run (:mod:`tpubench.analysis.scaling`), where the store has it
+#: what the Scaling page reads of a run (:mod:`tpubench.analysis.scaling`): every run's
 SCALING_COLUMNS = (
-    *INDEX_COLUMNS,
+    *PICKER_COLUMNS,
     "median_step_ms",
     "tokens_per_s",
     "samples_per_s",
@@ -94,6 +94,11 @@ SCALING_COLUMNS = (
     "per_device_batch_size",
     "global_batch_size",
 )
+#: the index of every run: the pickers' columns and the Scaling page's, read in one pass. A
+#: store's cost is its files more than its rows: each runs file's footer describes all of the
+#: table's columns, and parsing 400 of them is most of a read of the runs table, whatever the
+#: columns read. The Scaling page, which reads every invocation, read them all a second time.
+INDEX_COLUMNS = tuple(dict.fromkeys(SCALING_COLUMNS))
 
 
 def results_location() -> str:
@@ -162,7 +167,9 @@ def run_index(results: str) -> Loaded:
     """
     loaded = _scan(results, "runs", INDEX_COLUMNS)
     frame = loaded.frame.sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
-    frame["tag_pairs"] = frame["tags"].map(_tag_pairs)
+    # each distinct tags text parsed once: a night's runs share theirs, so 10,000 runs hold a few hundred
+    distinct = frame["tags"].drop_duplicates()
+    frame["tag_pairs"] = frame["tags"].map(dict(zip(distinct, distinct.map(_tag_pairs), strict=True)))
     return Loaded(frame, loaded.skipped)
 
 
@@ -196,8 +203,11 @@ class Filters:
 
 def invocations(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per invocation of ``runs``, newest first: invocation_id, started_at, runs, not_ok."""
-    grouped = runs.groupby("invocation_id", sort=False).agg(
-        started_at=("started_at", "min"), runs=("run_id", "size"), not_ok=("status", lambda s: int((s != "ok").sum()))
+    # not_ok is summed from a column, not counted by a function per group: a Python call per
+    # invocation cost seconds over a year of nights, on every rerun of the pages that pick one
+    flagged = runs.assign(not_ok=(runs["status"] != "ok").astype("int64"))
+    grouped = flagged.groupby("invocation_id", sort=False).agg(
+        started_at=("started_at", "min"), runs=("run_id", "size"), not_ok=("not_ok", "sum")
     )
     return grouped.sort_values("started_at", ascending=False).reset_index()
 
@@ -224,11 +234,11 @@ def last_two_nights(runs: pd.DataFrame) -> Nights | None:
     nights = invocations(runs)["invocation_id"]
     if len(nights) < 2:
         return None
+    # each configuration as one number, so a night is a set of numbers: the configurations
+    # spelled out as tuples of text, night by night, took seconds over a year of nights
     keyed = identity.configurations(runs)
-    by_night = {
-        night: set(rows[list(CONFIG_KEYS)].astype(str).itertuples(index=False))
-        for night, rows in keyed.groupby("invocation_id", sort=False)
-    }
+    config = keyed.groupby(list(CONFIG_KEYS), dropna=False, sort=False).ngroup()
+    by_night = {night: set(codes) for night, codes in config.groupby(keyed["invocation_id"], sort=False)}
     for newest in range(len(nights) - 1):
         wanted = by_night[nights.iloc[newest]]
         for position in range(newest + 1, len(nights)):
@@ -269,14 +279,6 @@ def runs(
     if run_ids is not None:
         filters["run_id"] = list(run_ids)
     return _scan(results, "runs", columns, **filters)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def scaling_runs(results: str, invocations: tuple[str, ...]) -> Loaded:
-    """``invocations``' runs with :data:`SCALING_COLUMNS`, those the store's schema has (a
-    store written before multi-device runs reads as one device per run)."""
-    known = store.TABLES["runs"].names
-    return runs(results, invocations, None, tuple(dict.fromkeys(c for c in SCALING_COLUMNS if c in known)))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -401,10 +403,32 @@ def ceilings(results: str) -> Loaded:
         return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def matmul_ceilings(results: str) -> pd.DataFrame:
+    """The store's matmul ceiling per device and dtype (:func:`tpubench.analysis.ceilings.matmul_ceilings`):
+    computed once per read of the ceilings table, not again on every rerun of the pages that show
+    MFU against it."""
+    return ceilings_analysis.matmul_ceilings(ceilings(results).frame)
+
+
 def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with ``mfu_attained`` against the store's measured ceilings, as ``tpubench
     compare`` computes it (:func:`tpubench.analysis.ceilings.attach_attained`)."""
-    return ceilings_analysis.attach_attained(runs, ceilings(results).frame)
+    return ceilings_analysis.attach_ceilings(runs, matmul_ceilings(results))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def ceilings_summary(results: str) -> pd.DataFrame:
+    """``tpubench ceilings --show``'s lines of the store (:func:`tpubench.analysis.ceilings.summary`),
+    once per read of the table: no filter changes them, and the Ceilings page reruns on each."""
+    return ceilings_analysis.summary(ceilings(results).frame)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def ceilings_curves(results: str, kind: str) -> pd.DataFrame:
+    """A kind's curves of the store's ceilings (:func:`tpubench.analysis.ceilings.curves`), once
+    per read of the table, as :func:`ceilings_summary`."""
+    return ceilings_analysis.curves(ceilings(results).frame, kind)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
