@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -29,6 +30,7 @@ from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import changepoints, compare, identity, scaling
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
+from tpubench.results_dir import is_remote
 from tpubench.schema import RUNS
 from tpubench.serving import PERCENTILES
 
@@ -94,11 +96,12 @@ SCALING_COLUMNS = (
     "per_device_batch_size",
     "global_batch_size",
 )
-#: the index of every run: the pickers' columns and the Scaling page's, read in one pass. A
-#: store's cost is its files more than its rows: each runs file's footer describes all of the
-#: table's columns, and parsing 400 of them is most of a read of the runs table, whatever the
-#: columns read. The Scaling page, which reads every invocation, read them all a second time.
+#: the index of every run: the pickers' columns and the Scaling page's, which reads every
+#: invocation: from the index it reads no runs file (a second pass over all of them took longer
+#: than the page's whole budget). The index is kept file by file (:func:`_indexed`).
 INDEX_COLUMNS = tuple(dict.fromkeys(SCALING_COLUMNS))
+#: the index's column of :func:`configuration_codes`
+CONFIG_CODE = "config_code"
 
 
 def results_location() -> str:
@@ -119,17 +122,21 @@ def stores(results: str) -> list[str]:
     return [part for part in results.split(STORE_SEPARATOR) if part]
 
 
-def _scan(results: str, table: str, columns: tuple[str, ...] | None = None, **filters: object) -> Loaded:
+def _scan(
+    results: str, table: str, columns: tuple[str, ...] | None = None, read: object = None, **filters: object
+) -> Loaded:
     """``table``'s rows over every store of ``results``, as one frame; with several stores, a
     ``store`` column says which each row came from, a run found in two (a store copied into
-    another) counts once, and a store that does not exist is named, not fatal, unless none does."""
+    another) counts once, and a store that does not exist is named, not fatal, unless none does.
+    ``read`` reads one store (default :func:`tpubench.store.scan_table`)."""
     named = stores(results)
     frames, skipped = [], []
+    read = read or store.scan_table
     for location in named:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                frame = store.scan_table(location, table, columns, **filters)
+                frame = read(location, table, columns, **filters)
             except store.StoreError as error:
                 if len(named) == 1:
                     raise
@@ -154,6 +161,67 @@ def store_of(results: str, index: pd.DataFrame, run_ids: pd.Series | list[str]) 
     return found.pop() if len(found) == 1 else None
 
 
+#: per local store, table and columns: each invocation's file identity (inode, mtime, size) and
+#: the rows read from it (:func:`_indexed`); the lock serialises the sessions' threads
+_INDEXED: dict[tuple, tuple[dict[str, tuple], pd.DataFrame]] = {}
+_INDEXED_LOCK = threading.Lock()
+
+
+def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``columns`` of every row of one store's ``table`` (:func:`tpubench.store.scan_table`'s
+    signature), kept file by file: a file's rows are read again only when the file is new or was
+    rewritten (another inode, mtime or size: the writer replaces a file whole), so the index
+    costs a read of every file once per server, then a ``stat`` of each.
+
+    Why: opening a runs file costs milliseconds whatever is read of it (its footer describes the
+    table's 150 columns), and a year of nights is 400 files: reading them all again took about a
+    second, on the first page after every expiry of the cache (``TTL_S``) or Reload, whatever
+    had changed. A remote store is read whole, as before (no cheap identity to key it by)."""
+    if is_remote(location):
+        return store.scan_table(location, table, columns)
+    current: dict[str, tuple] = {}
+    for path in store.parquet_files(location, table):  # one file per invocation, named after it
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:  # removed since the listing
+            continue
+        invocation = os.path.basename(path).removesuffix(".parquet")
+        current[invocation] = (*current.get(invocation, ()), (found.st_ino, found.st_mtime_ns, found.st_size))
+    with _INDEXED_LOCK:
+        known, frame = _INDEXED.get((location, table, columns), ({}, None))
+        stale = sorted(invocation for invocation, identity in current.items() if known.get(invocation) != identity)
+        if frame is not None and not stale and known.keys() == current.keys():
+            return frame.copy()
+        # most files stale (the first read): all of them, unfiltered; a filter that names 400
+        # invocations cost more than reading them
+        everything = len(stale) > len(current) // 2
+        stale = sorted(current) if everything else stale
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if everything:
+                fresh = store.scan_table(location, table, columns)
+            else:
+                fresh = store.scan_table(location, table, columns, invocation_id=stale) if stale else None
+        unread = {i for i in stale for w in caught if f"{os.sep}{i}.parquet" in str(w.message)}
+        for warning in caught:  # for _scan, which names the skipped files
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        kept = frame[frame["invocation_id"].isin(current.keys() - set(stale))] if frame is not None else None
+        pieces = [piece for piece in (kept, fresh) if piece is not None and len(piece)]
+        frame = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0] if pieces else fresh
+        if frame is None:
+            frame = store.scan_table(location, table, columns, invocation_id=[])
+        # an unreadable file is not remembered: it is tried (and named) again next time
+        _INDEXED[(location, table, columns)] = ({i: v for i, v in current.items() if i not in unread}, frame)
+        return frame.copy()
+
+
+def forget_indexed() -> None:
+    """Drop every store's rows kept by :func:`_indexed`: the next read opens every file again,
+    as a server's first page does (``benchmarks/dashboard_speed.py`` measures that)."""
+    with _INDEXED_LOCK:
+        _INDEXED.clear()
+
+
 def _tag_pairs(text: object) -> tuple[str, ...]:
     tags = json.loads(text) if isinstance(text, str) and text else {}
     return tuple(f"{key}={value}" for key, value in sorted(tags.items()))
@@ -165,12 +233,20 @@ def run_index(results: str) -> Loaded:
 
     Raises :class:`tpubench.store.StoreError` when the store does not exist.
     """
-    loaded = _scan(results, "runs", INDEX_COLUMNS)
+    loaded = _scan(results, "runs", INDEX_COLUMNS, read=_indexed)
     frame = loaded.frame.sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
     # each distinct tags text parsed once: a night's runs share theirs, so 10,000 runs hold a few hundred
     distinct = frame["tags"].drop_duplicates()
     frame["tag_pairs"] = frame["tags"].map(dict(zip(distinct, distinct.map(_tag_pairs), strict=True)))
+    frame[CONFIG_CODE] = configuration_codes(frame)
     return Loaded(frame, loaded.skipped)
+
+
+def configuration_codes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's configuration (:data:`CONFIG_KEYS`, read as :func:`identity.configurations`
+    reads it) as one number, equal for runs of one configuration: computed once with the index,
+    so that pairing nights (:func:`last_two_nights`, on every rerun of Compare) compares numbers."""
+    return identity.configurations(runs).groupby(list(CONFIG_KEYS), dropna=False, sort=False).ngroup()
 
 
 @dataclass(frozen=True)
@@ -236,9 +312,8 @@ def last_two_nights(runs: pd.DataFrame) -> Nights | None:
         return None
     # each configuration as one number, so a night is a set of numbers: the configurations
     # spelled out as tuples of text, night by night, took seconds over a year of nights
-    keyed = identity.configurations(runs)
-    config = keyed.groupby(list(CONFIG_KEYS), dropna=False, sort=False).ngroup()
-    by_night = {night: set(codes) for night, codes in config.groupby(keyed["invocation_id"], sort=False)}
+    codes = runs[CONFIG_CODE] if CONFIG_CODE in runs else configuration_codes(runs)
+    by_night = {night: set(night_codes) for night, night_codes in codes.groupby(runs["invocation_id"], sort=False)}
     for newest in range(len(nights) - 1):
         wanted = by_night[nights.iloc[newest]]
         for position in range(newest + 1, len(nights)):
