@@ -638,3 +638,39 @@ def test_ceilings_draws_a_collective_sweep_beside_its_picker(serve, tmp_path: Pa
     assert app.selectbox(key="collective").value in ("all_gather", "all_reduce")
     assert charts(app) == 1
     assert set(frames(app)[0]["op"]) == {"all_reduce", "all_gather"}
+
+
+def test_the_index_reads_a_runs_file_again_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is kept file by file: an unchanged file is not read again, a new or rewritten
+    one is, a removed one's runs leave, and an unreadable one is named on every read."""
+    reads: list[object] = []
+    scan = store.scan_table
+    monkeypatch.setattr(store, "scan_table", lambda *a, **k: reads.append(k.get("invocation_id")) or scan(*a, **k))
+
+    def write(invocation: str, *statuses: str) -> None:
+        writer = store.InvocationWriter(tmp_path, invocation, run_row()["started_at"])
+        for status in statuses:
+            writer.add(run_row(invocation_id=invocation, status=status))
+
+    def index() -> data.Loaded:
+        return data._scan(str(tmp_path), "runs", data.INDEX_COLUMNS, read=data._indexed)
+
+    data.forget_indexed()
+    write("inv-a", "ok", "ok")
+    write("inv-b", "ok")
+    write("inv-c", "ok")
+    assert len(index().frame) == 4 and reads == [None]  # the first read: every file, at once
+    assert len(index().frame) == 4 and reads == [None]  # nothing changed: nothing read
+    write("inv-a", "ok", "failed")  # rewritten whole, as the writer does
+    write("inv-d", "oom")
+    frame = index().frame
+    assert reads[-1] == ["inv-a", "inv-d"] and sorted(frame["status"]) == ["failed", "ok", "ok", "ok", "oom"]
+    next(tmp_path.glob("runs/*/inv-b.parquet")).unlink()
+    assert set(index().frame["invocation_id"]) == {"inv-a", "inv-c", "inv-d"}
+    next(tmp_path.glob("runs/*/inv-c.parquet")).write_bytes(b"not parquet")
+    for _ in range(2):  # not remembered: named again on the next read
+        loaded = index()
+        assert set(loaded.frame["invocation_id"]) == {"inv-a", "inv-d"} and "inv-c.parquet" in loaded.skipped[0]
+    data.forget_indexed()
