@@ -3,6 +3,11 @@
 Colours: a backend family has one hue, its compiled variant the darker shade, so ``cuda`` and
 ``cuda-compile`` read as relatives and a GPU never looks like a TPU. A backend from a plug-in
 gets a colour from its name, the same on every page.
+
+The figures drawn on the pages' first screens are built from plain dicts in one
+``go.Figure`` call (:func:`_figure`), not by Plotly Express: Express builds a figure by
+updating it trace by trace and axis by axis, validating every step, which cost ten times as
+much (a faceted serving chart: 0.19 s of CPU against 0.02 s), on every rerun of a page.
 """
 
 from __future__ import annotations
@@ -55,9 +60,40 @@ def colours(backends: Iterable[str]) -> dict[str, str]:
     return {backend: colour(backend) for backend in backends}
 
 
+MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}
+#: Plotly Express's line dashes, in the order it hands them out
+DASHES = ("solid", "dot", "dash", "longdash", "dashdot", "longdashdot")
+
+
 def _layout(figure: go.Figure, height: int = 420, **extra: object) -> go.Figure:
-    figure.update_layout(height=height, margin={"l": 10, "r": 10, "t": 40, "b": 10}, **extra)
+    figure.update_layout(height=height, margin=MARGIN, **extra)
     return figure
+
+
+def _figure(traces: list[dict], layout: dict, height: int | None = 420) -> go.Figure:
+    """A figure from plain dicts, validated once (see the module's doc); ``height`` None leaves
+    the height and margins to the page."""
+    sized = {"height": height, "margin": MARGIN} if height is not None else {}
+    return go.Figure({"data": traces, "layout": {**layout, **sized}})
+
+
+def _title(text: str) -> dict:
+    return {"text": text}
+
+
+def _hover(fields: list[tuple[str, str]]) -> str:
+    """A hover text as Plotly Express writes it: ``label=value`` lines, no trace box."""
+    return "<br>".join(f"{label}={value}" for label, value in fields) + "<extra></extra>"
+
+
+def _hline(y: float, dash: str, colour_: str, text: str | None = None, xaxis: str = "x", yaxis: str = "y") -> dict:
+    """A horizontal line across a panel (``add_hline``), and its note if ``text``."""
+    return {
+        "shape": {"type": "line", "xref": f"{xaxis} domain", "x0": 0, "x1": 1, "yref": yaxis, "y0": y, "y1": y,
+                  "line": {"dash": dash, "color": colour_}},
+        "annotation": {"text": text, "xref": f"{xaxis} domain", "x": 1, "yref": yaxis, "y": y, "showarrow": False,
+                       "xanchor": "right", "yanchor": "bottom"} if text else None,
+    }  # fmt: skip
 
 
 def step_bars(summary: pd.DataFrame, title: str = "Median step time (ms), 95% CI") -> go.Figure:
@@ -67,20 +103,36 @@ def step_bars(summary: pd.DataFrame, title: str = "Median step time (ms), 95% CI
     frame["side"] = frame["backend"] + " (" + frame["device"].fillna("?") + ")"
     frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
     frame["minus"] = frame["median_step_ms"] - frame["ci_low_step_ms"]
-    figure = px.bar(
-        frame,
-        x="configuration",
-        y="median_step_ms",
-        color="backend",
-        color_discrete_map=colours(frame["backend"].unique()),
-        barmode="group",
-        error_y="plus",
-        error_y_minus="minus",
-        hover_data={"side": True, "runs": True, "plus": False, "minus": False},
-        labels={"median_step_ms": "median step (ms)", "configuration": ""},
-        title=title,
-    )
-    return _layout(figure)
+    traces = [
+        {
+            "type": "bar",
+            "name": backend,
+            "legendgroup": backend,
+            "x": rows["configuration"].tolist(),
+            "y": rows["median_step_ms"].tolist(),
+            "marker": {"color": colour(backend)},
+            "error_y": {"type": "data", "array": rows["plus"].tolist(), "arrayminus": rows["minus"].tolist()},
+            "customdata": rows[["side", "runs"]].to_numpy(object).tolist(),
+            "hovertemplate": _hover(
+                [
+                    ("backend", backend),
+                    ("configuration", "%{x}"),
+                    ("median step (ms)", "%{y}"),
+                    ("side", "%{customdata[0]}"),
+                    ("runs", "%{customdata[1]}"),
+                ]
+            ),
+        }
+        for backend, rows in frame.groupby("backend", sort=False)
+    ]
+    layout = {
+        "title": _title(title),
+        "barmode": "group",
+        "legend": {"title": _title("backend"), "tracegroupgap": 0},
+        "xaxis": {"title": _title("")},
+        "yaxis": {"title": _title("median step (ms)")},
+    }
+    return _figure(traces, layout)
 
 
 def side_bars(base: pd.DataFrame, test: pd.DataFrame) -> go.Figure:
@@ -102,24 +154,44 @@ def side_bars(base: pd.DataFrame, test: pd.DataFrame) -> go.Figure:
     frame = pd.concat(sides, ignore_index=True)
     frame["plus"] = frame["ci_high_step_ms"] - frame["median_step_ms"]
     frame["minus"] = frame["median_step_ms"] - frame["ci_low_step_ms"]
-    figure = px.bar(
-        frame,
-        y="configuration",
-        x="median_step_ms",
-        color="side",
-        orientation="h",
-        category_orders={"side": names[::-1]},  # a group's first bar is drawn lowest
-        color_discrete_map=dict(zip(names, palette, strict=True)),
-        barmode="group",
-        error_x="plus",
-        error_x_minus="minus",
-        hover_data={"backend": True, "device": True, "runs": True, "plus": False, "minus": False},
-        labels={"median_step_ms": "median step (ms)", "configuration": "", "side": ""},
-        title="Median step time (ms) of each side, 95% CI of the median",
-    )
-    figure.update_yaxes(categoryorder="array", categoryarray=sorted(frame["configuration"].unique(), reverse=True))
-    figure.update_layout(legend_traceorder="reversed")
-    return _layout(figure, height=max(300, 80 + 30 * frame["configuration"].nunique()))
+    traces = []
+    for name, tint in reversed(list(zip(names, palette, strict=True))):  # a group's first bar is drawn lowest
+        rows = frame[frame["side"] == name]
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": name,
+                "legendgroup": name,
+                "x": rows["median_step_ms"].tolist(),
+                "y": rows["configuration"].tolist(),
+                "marker": {"color": tint},
+                "error_x": {"type": "data", "array": rows["plus"].tolist(), "arrayminus": rows["minus"].tolist()},
+                "customdata": rows[["backend", "device", "runs"]].to_numpy(object).tolist(),
+                "hovertemplate": _hover(
+                    [
+                        ("side", name),
+                        ("median step (ms)", "%{x}"),
+                        ("configuration", "%{y}"),
+                        ("backend", "%{customdata[0]}"),
+                        ("device", "%{customdata[1]}"),
+                        ("runs", "%{customdata[2]}"),
+                    ]
+                ),
+            }
+        )
+    layout = {
+        "title": _title("Median step time (ms) of each side, 95% CI of the median"),
+        "barmode": "group",
+        "legend": {"title": _title(""), "tracegroupgap": 0, "traceorder": "reversed"},
+        "xaxis": {"title": _title("median step (ms)")},
+        "yaxis": {
+            "title": _title(""),
+            "categoryorder": "array",
+            "categoryarray": sorted(frame["configuration"].unique(), reverse=True),
+        },
+    }
+    return _figure(traces, layout, height=max(300, 80 + 30 * frame["configuration"].nunique()))
 
 
 def ratio_chart(step_rows: pd.DataFrame) -> go.Figure:
@@ -129,22 +201,34 @@ def ratio_chart(step_rows: pd.DataFrame) -> go.Figure:
     frame["change_pct"] = 100 * (frame["ratio"] - 1)
     frame["plus"] = 100 * (frame["ci_high"] - frame["ratio"])
     frame["minus"] = 100 * (frame["ratio"] - frame["ci_low"])
-    figure = px.bar(
-        frame,
-        y="configuration",
-        x="change_pct",
-        color="verdict",
-        color_discrete_map=VERDICT_COLOURS,
-        orientation="h",
-        error_x="plus",
-        error_x_minus="minus",
-        hover_data={"reason": True, "plus": False, "minus": False},
-        labels={"change_pct": "step time change, candidate vs baseline (%)", "configuration": ""},
-        title="Step time change (%) with its 95% CI; above 0 is slower",
-    )
-    figure.add_vline(x=0, line_color="#555")
-    figure.update_yaxes(categoryorder="array", categoryarray=list(frame["configuration"])[::-1])
-    return _layout(figure, height=max(300, 60 + 28 * len(frame)))
+    label = "step time change, candidate vs baseline (%)"
+    traces = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": verdict,
+            "legendgroup": verdict,
+            "x": rows["change_pct"].tolist(),
+            "y": rows["configuration"].tolist(),
+            "marker": {"color": VERDICT_COLOURS.get(verdict)},
+            "error_x": {"type": "data", "array": rows["plus"].tolist(), "arrayminus": rows["minus"].tolist()},
+            "customdata": [[reason] for reason in rows["reason"]],
+            "hovertemplate": _hover(
+                [("verdict", verdict), (label, "%{x}"), ("configuration", "%{y}"), ("reason", "%{customdata[0]}")]
+            ),
+        }
+        for verdict, rows in frame.groupby("verdict", sort=False)
+    ]
+    layout = {
+        "title": _title("Step time change (%) with its 95% CI; above 0 is slower"),
+        "barmode": "relative",
+        "legend": {"title": _title("verdict"), "tracegroupgap": 0},
+        "xaxis": {"title": _title(label)},
+        "yaxis": {"title": _title(""), "categoryorder": "array", "categoryarray": list(frame["configuration"])[::-1]},
+        "shapes": [{"type": "line", "xref": "x", "x0": 0, "x1": 0, "yref": "y domain", "y0": 0, "y1": 1,
+                    "line": {"color": "#555"}}],
+    }  # fmt: skip
+    return _figure(traces, layout, height=max(300, 60 + 28 * len(frame)))
 
 
 def speedup_chart(cross: pd.DataFrame) -> go.Figure:
@@ -171,79 +255,67 @@ def trend_chart(points: pd.DataFrame, series: list[str], changes: pd.DataFrame, 
     band for step time), change points as vertical lines (red: regression, green: improvement).
     Points carry their run id."""
     shown: set[str] = set()  # backends already in the legend
-    figure = make_subplots(
-        rows=len(series), cols=1, shared_xaxes=True, subplot_titles=series, vertical_spacing=0.3 / max(len(series), 1)
-    )
+    rows = max(len(series), 1)
+    gap = 0.3 / rows  # between panels, as make_subplots(vertical_spacing=...) spaced them
+    height = (1 - gap * (rows - 1)) / rows
+    layout: dict = {"annotations": [], "shapes": [], "hovermode": "closest", "clickmode": "event+select"}
+    traces: list[dict] = []
     for row, name in enumerate(series, start=1):
+        suffix = str(row) if row > 1 else ""
+        top = 1 - (row - 1) * (height + gap)
+        # the panels share the bottom panel's x axis; its tick labels only under it
+        layout[f"xaxis{suffix}"] = {"anchor": f"y{suffix}", "domain": [0, 1], "showticklabels": row == len(series)}
+        if row < len(series):
+            layout[f"xaxis{suffix}"]["matches"] = f"x{len(series) if len(series) > 1 else ''}"
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [top - height, top], "title": _title(label)}
+        layout["annotations"].append(
+            {"text": name, "xref": "paper", "yref": "paper", "x": 0.5, "y": top, "xanchor": "center",
+             "yanchor": "bottom", "showarrow": False, "font": {"size": 16}}
+        )  # fmt: skip
+        axes = {"xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
         frame = points[points["series"] == name].sort_values("started_at")
         backend = frame["backend"].iloc[0]
+        when = frame["started_at"].tolist()
         if metric == "median_step_ms":
-            figure.add_trace(
-                go.Scatter(
-                    x=frame["started_at"],
-                    y=frame["p90_step_ms"],
-                    mode="lines",
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    showlegend=False,
-                ),
-                row=row,
-                col=1,
-            )
-            figure.add_trace(
-                go.Scatter(
-                    x=frame["started_at"],
-                    y=frame["p10_step_ms"],
-                    mode="lines",
-                    line={"width": 0},
-                    fill="tonexty",
-                    fillcolor="rgba(120,120,120,0.18)",
-                    hoverinfo="skip",
-                    name="p10-p90 of the run's steps",
-                    showlegend=row == 1,
-                ),
-                row=row,
-                col=1,
-            )
-        figure.add_trace(
-            go.Scatter(
-                x=frame["started_at"],
-                y=frame[metric],
-                mode="lines+markers",
-                marker={"size": 6, "color": colour(backend)},
-                line={"color": colour(backend), "width": 1.5},
-                name=backend,
-                legendgroup=backend,
-                showlegend=backend not in shown,
-                customdata=frame[["run_id", "git_sha"]].to_numpy(),
-                hovertemplate=f"%{{x|%Y-%m-%d %H:%M}}<br>{label}: %{{y:,.3f}}<br>run %{{customdata[0]}}"
+            traces.append(
+                {"type": "scatter", "x": when, "y": frame["p90_step_ms"].tolist(), "mode": "lines",
+                 "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False, **axes}
+            )  # fmt: skip
+            traces.append(
+                {"type": "scatter", "x": when, "y": frame["p10_step_ms"].tolist(), "mode": "lines",
+                 "line": {"width": 0}, "fill": "tonexty", "fillcolor": "rgba(120,120,120,0.18)", "hoverinfo": "skip",
+                 "name": "p10-p90 of the run's steps", "showlegend": row == 1, **axes}
+            )  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "x": when,
+                "y": frame[metric].tolist(),
+                "mode": "lines+markers",
+                "marker": {"size": 6, "color": colour(backend)},
+                "line": {"color": colour(backend), "width": 1.5},
+                "name": backend,
+                "legendgroup": backend,
+                "showlegend": backend not in shown,
+                "customdata": frame[["run_id", "git_sha"]].to_numpy(object).tolist(),
+                "hovertemplate": f"%{{x|%Y-%m-%d %H:%M}}<br>{label}: %{{y:,.3f}}<br>run %{{customdata[0]}}"
                 "<br>git %{customdata[1]}<extra></extra>",
-            ),
-            row=row,
-            col=1,
+                **axes,
+            }
         )
         shown.add(backend)
         for change in changes[changes["series"] == name].itertuples():
-            figure.add_vline(
-                x=change.started_at,
-                line_dash="dash",
-                line_color=DIRECTION_COLOURS[change.direction],
-                row=row,
-                col=1,
-            )
-            figure.add_annotation(
-                x=change.started_at,
-                y=1,
-                yref=f"y{row if row > 1 else ''} domain",
-                text=f"{change.direction} {change.change_pct:+.1f}%",
-                showarrow=False,
-                font={"color": DIRECTION_COLOURS[change.direction]},
-                xanchor="left",
-                row=row,
-                col=1,
-            )
-        figure.update_yaxes(title_text=label, row=row, col=1)
-    return _layout(figure, height=120 + 240 * len(series), hovermode="closest", clickmode="event+select")
+            tint = DIRECTION_COLOURS[change.direction]
+            layout["shapes"].append(
+                {"type": "line", "xref": f"x{suffix}", "x0": change.started_at, "x1": change.started_at,
+                 "yref": f"y{suffix} domain", "y0": 0, "y1": 1, "line": {"dash": "dash", "color": tint}}
+            )  # fmt: skip
+            layout["annotations"].append(
+                {"x": change.started_at, "y": 1, "xref": f"x{suffix}", "yref": f"y{suffix} domain",
+                 "text": f"{change.direction} {change.change_pct:+.1f}%", "showarrow": False, "font": {"color": tint},
+                 "xanchor": "left"}
+            )  # fmt: skip
+    return _figure(traces, layout, height=120 + 240 * len(series))
 
 
 def serving_chart(
@@ -253,59 +325,167 @@ def serving_chart(
     value, titled ``labels[facet] value`` (a short label: panels are narrow)."""
     frame = runs[runs[y].notna()].sort_values(x).copy()
     frame["side"] = frame["backend"] + " (" + frame["device"].fillna("?") + ")"
-    figure = px.line(
-        frame,
-        x=x,
-        y=y,
-        color="backend",
-        line_group="side",
-        facet_col=facet if facet and frame[facet].nunique() > 1 else None,
-        category_orders={"backend": sorted(frame["backend"].unique())},  # the same legend on every panel
-        markers=True,
-        color_discrete_map=colours(frame["backend"].unique()),
-        hover_data={"side": True, "run_id": True},
-        labels=labels,
-        title=title,
-    )
+    name = lambda column: labels.get(column, column)  # noqa: E731
+    panels = list(dict.fromkeys(frame[facet])) if facet and frame[facet].nunique() > 1 else [None]
     swept = sorted(frame[x].unique())
-    figure.update_xaxes(type="log" if swept[-1] > 8 * max(swept[0], 1) else "linear", tickvals=swept)
-    figure.for_each_annotation(lambda note: note.update(text=note.text.replace("=", " ")))
-    return _layout(figure, height=380)
+    axis = {"type": "log" if swept[-1] > 8 * max(swept[0], 1) else "linear", "tickvals": swept}
+    gap = 0.03  # between panels, as Plotly Express spaces facets
+    width = (1 - gap * (len(panels) - 1)) / len(panels)
+    layout: dict = {
+        "title": _title(title),
+        "legend": {"title": _title(name("backend")), "tracegroupgap": 0},
+        "annotations": [],
+    }
+    traces, shown = [], set()
+    for index, value in enumerate(panels):
+        suffix = str(index + 1) if index else ""
+        left = index * (width + gap)
+        layout[f"xaxis{suffix}"] = {**axis, "domain": [left, left + width], "anchor": f"y{suffix}",
+                                    "title": _title(name(x))}  # fmt: skip
+        layout[f"yaxis{suffix}"] = (
+            {"anchor": f"x{suffix}", "matches": "y", "showticklabels": False}
+            if index
+            else {"anchor": "x", "title": _title(name(y))}
+        )
+        if value is not None:  # a panel's title: short, panels are narrow
+            layout["annotations"].append(
+                {"text": f"{name(facet)} {value}", "xref": "paper", "yref": "paper", "x": left + width / 2, "y": 1.0,
+                 "xanchor": "center", "yanchor": "bottom", "showarrow": False}
+            )  # fmt: skip
+        panel = frame if value is None else frame[frame[facet] == value]
+        for backend in sorted(panel["backend"].unique()):  # the same legend order on every panel
+            for side, line in panel[panel["backend"] == backend].groupby("side", sort=False):
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines+markers",
+                        "name": backend,
+                        "legendgroup": backend,
+                        "showlegend": backend not in shown,
+                        "x": line[x].tolist(),
+                        "y": line[y].tolist(),
+                        "xaxis": f"x{suffix}",
+                        "yaxis": f"y{suffix}",
+                        "line": {"color": colour(backend)},
+                        "marker": {"color": colour(backend)},
+                        "customdata": [[side, run] for run in line["run_id"]],
+                        "hovertemplate": _hover(
+                            [
+                                (name("backend"), backend),
+                                (name(x), "%{x}"),
+                                (name(y), "%{y}"),
+                                ("side", "%{customdata[0]}"),
+                                ("run_id", "%{customdata[1]}"),
+                            ]
+                        ),
+                    }
+                )
+                shown.add(backend)
+    return _figure(traces, layout, height=380)
+
+
+def lines(
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    by: str,
+    labels: dict[str, str],
+    title: str,
+    hover: dict[str, tuple[str, str]] | None = None,
+    log_x: bool = False,
+    legend: dict | None = None,
+) -> go.Figure:
+    """``px.line(frame, x, y, color=by, markers=True)`` from dicts: a line per value of ``by``
+    in the order of the rows, coloured from the template's sequence as Express colours them;
+    ``hover`` adds columns to the hover text (column -> (label, format))."""
+    hover = hover or {}
+    name = lambda column: labels.get(column, column)  # noqa: E731
+    traces = []
+    for value, line in frame.groupby(by, sort=False):
+        fields = [(name(by), str(value)), (name(x), "%{x}"), (name(y), "%{y}")]
+        fields += [(text, f"%{{customdata[{i}]{form}}}") for i, (text, form) in enumerate(hover.values())]
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": str(value),
+                "legendgroup": str(value),
+                "x": line[x].tolist(),
+                "y": line[y].tolist(),
+                "customdata": line[list(hover)].to_numpy(object).tolist() if hover else None,
+                "hovertemplate": _hover(fields),
+            }
+        )
+    layout = {
+        "title": _title(title),
+        "legend": {"title": _title(name(by)), "tracegroupgap": 0, **(legend or {})},
+        "xaxis": {"title": _title(name(x)), **({"type": "log"} if log_x else {})},
+        "yaxis": {"title": _title(name(y))},
+    }
+    return _figure(traces, layout, height=None)
 
 
 def top_ops_bar(ranked: pd.DataFrame) -> go.Figure:
     """The ranked ops' self time per traced step, coloured by category (``others`` included)."""
     frame = ranked.copy()
     frame["op"] = frame["op"].astype(str).str.slice(0, 60)
-    figure = px.bar(
-        frame,
-        x="self_us_per_step",
-        y="op",
-        color="category",
-        orientation="h",
-        color_discrete_map=CATEGORY_COLOURS,
-        hover_data={"calls": True, "self_pct": ":.1f"},
-        labels={"self_us_per_step": "self time per traced step (µs)", "op": "", "self_pct": "% of step"},
-        title="Top ops by self time per traced step (µs)",
-    )
-    figure.update_yaxes(categoryorder="array", categoryarray=list(frame["op"])[::-1])  # rank 1 on top
-    figure.update_layout(legend={"orientation": "h", "y": -0.12, "title": ""})
-    return _layout(figure, height=max(340, 100 + 22 * len(frame)))
+    traces = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": category,
+            "legendgroup": category,
+            "x": rows["self_us_per_step"].tolist(),
+            "y": rows["op"].tolist(),
+            "marker": {"color": CATEGORY_COLOURS.get(category)},
+            "customdata": rows[["calls", "self_pct"]].to_numpy(object).tolist(),
+            "hovertemplate": _hover(
+                [
+                    ("category", category),
+                    ("self time per traced step (µs)", "%{x}"),
+                    ("op", "%{y}"),
+                    ("calls", "%{customdata[0]}"),
+                    ("% of step", "%{customdata[1]:.1f}"),
+                ]
+            ),
+        }
+        for category, rows in frame.groupby("category", sort=False, dropna=False)
+    ]
+    layout = {
+        "title": _title("Top ops by self time per traced step (µs)"),
+        "barmode": "relative",
+        "legend": {"orientation": "h", "y": -0.12, "title": _title(""), "tracegroupgap": 0},
+        "xaxis": {"title": _title("self time per traced step (µs)")},
+        "yaxis": {"title": _title(""), "categoryorder": "array", "categoryarray": list(frame["op"])[::-1]},
+    }  # rank 1 on top
+    return _figure(traces, layout, height=max(340, 100 + 22 * len(frame)))
 
 
 def category_treemap(ops: pd.DataFrame) -> go.Figure:
     """Self time split by category, then op: where the step went at a glance."""
-    frame = ops[ops["self_time_us"] > 0].copy()
-    figure = px.treemap(
-        frame,
-        path=[px.Constant("all ops"), "category", "op"],
-        values="self_time_us",
-        color="category",
-        color_discrete_map={**CATEGORY_COLOURS, "(?)": "#eeeeee"},
-        title="Self time by category and op (area ∝ time)",
-    )
-    figure.update_traces(hovertemplate="%{label}<br>%{value:,.0f} µs<br>%{percentRoot:.1%} of all<extra></extra>")
-    return _layout(figure, height=460)
+    frame = ops[ops["self_time_us"] > 0]
+    root = "all ops"
+    leaves = frame.groupby(["category", "op"], sort=False)["self_time_us"].sum().reset_index()
+    branches = leaves.groupby("category", sort=False)["self_time_us"].sum()
+    ids = [root, *(f"{root}/{c}" for c in branches.index), *(f"{root}/{c}/{o}" for c, o in zip(leaves["category"],
+           leaves["op"], strict=True))]  # fmt: skip
+    trace = {
+        "type": "treemap",
+        "ids": ids,
+        "labels": [root, *branches.index, *leaves["op"]],
+        "parents": ["", *([root] * len(branches)), *(f"{root}/{c}" for c in leaves["category"])],
+        "values": [float(branches.sum()), *branches.tolist(), *leaves["self_time_us"].tolist()],
+        "branchvalues": "total",
+        "marker": {
+            "colors": [
+                "#eeeeee",
+                *(CATEGORY_COLOURS.get(c, "#eeeeee") for c in branches.index),
+                *(CATEGORY_COLOURS.get(c, "#eeeeee") for c in leaves["category"]),
+            ]
+        },
+        "hovertemplate": "%{label}<br>%{value:,.0f} µs<br>%{percentRoot:.1%} of all<extra></extra>",
+    }
+    return _figure([trace], {"title": _title("Self time by category and op (area ∝ time)")}, height=460)
 
 
 def diff_bar(diff: pd.DataFrame, key: str) -> go.Figure:
@@ -407,20 +587,31 @@ def compile_times(runs: pd.DataFrame) -> go.Figure:
         value_name="seconds",
     ).dropna(subset=["seconds"])
     long["what"] = long["what"].map({"first_step_s": "first step", "compile_s": "compiling"})
-    figure = px.bar(
-        long,
-        x="configuration",
-        y="seconds",
-        color="backend",
-        pattern_shape="what",
-        barmode="group",
-        color_discrete_map=colours(long["backend"].unique()),
-        hover_data={"run_id": True},
-        labels={"seconds": "seconds", "configuration": ""},
-        title="First step (compilation included) and time spent compiling (s)",
-    )
-    # plotly titles a colour-and-pattern legend "backend, what"; with "what" unlabelled it read "backend,"
-    return _layout(figure, legend_title_text="backend, bar")
+    patterns = {what: ("", "/")[i % 2] for i, what in enumerate(dict.fromkeys(long["what"]))}  # Express's first two
+    traces = [
+        {
+            "type": "bar",
+            "name": f"{backend}, {what}",
+            "legendgroup": f"{backend}, {what}",
+            "x": rows["configuration"].tolist(),
+            "y": rows["seconds"].tolist(),
+            "marker": {"color": colour(backend), "pattern": {"shape": patterns[what]}},
+            "customdata": [[run] for run in rows["run_id"]],
+            "hovertemplate": _hover(
+                [("backend", backend), ("what", what), ("configuration", "%{x}"), ("seconds", "%{y}"),
+                 ("run_id", "%{customdata[0]}")]
+            ),
+        }
+        for (backend, what), rows in long.groupby(["backend", "what"], sort=False)
+    ]  # fmt: skip
+    layout = {
+        "title": _title("First step (compilation included) and time spent compiling (s)"),
+        "barmode": "group",
+        "legend": {"title": _title("backend, bar"), "tracegroupgap": 0},
+        "xaxis": {"title": _title("")},
+        "yaxis": {"title": _title("seconds")},
+    }
+    return _figure(traces, layout)
 
 
 def compile_counts(steps: pd.DataFrame, labels: dict[str, str], backends: dict[str, str]) -> go.Figure:
@@ -445,18 +636,30 @@ def compile_counts(steps: pd.DataFrame, labels: dict[str, str], backends: dict[s
 
 def fallback_bar(fallbacks: pd.DataFrame) -> go.Figure:
     """CPU-fallback ops (executions) per op and backend: the TPU migration blockers."""
-    figure = px.bar(
-        fallbacks,
-        x="count",
-        y="op",
-        color="backend",
-        orientation="h",
-        color_discrete_map=colours(fallbacks["backend"].unique()),
-        hover_data={"run": True},
-        labels={"count": "executions on the CPU", "op": ""},
-        title="Ops that fell back to the CPU (each is a TPU migration blocker)",
-    )
-    return _layout(figure, height=max(280, 60 + 26 * fallbacks["op"].nunique()))
+    traces = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": backend,
+            "legendgroup": backend,
+            "x": rows["count"].tolist(),
+            "y": rows["op"].tolist(),
+            "marker": {"color": colour(backend)},
+            "customdata": [[run] for run in rows["run"]],
+            "hovertemplate": _hover(
+                [("backend", backend), ("executions on the CPU", "%{x}"), ("op", "%{y}"), ("run", "%{customdata[0]}")]
+            ),
+        }
+        for backend, rows in fallbacks.groupby("backend", sort=False)
+    ]
+    layout = {
+        "title": _title("Ops that fell back to the CPU (each is a TPU migration blocker)"),
+        "barmode": "relative",
+        "legend": {"title": _title("backend"), "tracegroupgap": 0},
+        "xaxis": {"title": _title("executions on the CPU")},
+        "yaxis": {"title": _title("")},
+    }
+    return _figure(traces, layout, height=max(280, 60 + 26 * fallbacks["op"].nunique()))
 
 
 def step_histogram(steps: pd.DataFrame, median: float | None, p10: float | None, p90: float | None) -> go.Figure:
@@ -518,24 +721,56 @@ def scaling_chart(report: pd.DataFrame, y: str, label: str, title: str) -> go.Fi
     """A per-device figure over N: one line per configuration, coloured by backend, dashed by
     parallel plan; an ideal line at 1 for efficiency."""
     frame = report[report[y].notna()].sort_values("devices").copy()
-    figure = px.line(
-        frame,
-        x="devices",
-        y=y,
-        color="backend",
-        line_dash="parallel",
-        line_group="configuration",
-        markers=True,
-        color_discrete_map=colours(frame["backend"].unique()),
-        hover_data={"configuration": True, "run_id": True, "baseline_devices": True},
-        labels={"devices": "devices (N)", y: label, "backend": "backend", "parallel": "plan"},
-        title=title,
-    )
+    dashes = {plan: DASHES[i % len(DASHES)] for i, plan in enumerate(dict.fromkeys(frame["parallel"]))}
+    traces, shown = [], set()
+    for (backend, plan, configuration), line in frame.groupby(
+        ["backend", "parallel", "configuration"], sort=False, dropna=False
+    ):
+        name = f"{backend}, {plan}"
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": name,
+                "legendgroup": name,
+                "showlegend": name not in shown,
+                "x": line["devices"].tolist(),
+                "y": line[y].tolist(),
+                "line": {"color": colour(backend), "dash": dashes[plan]},
+                "marker": {"color": colour(backend)},
+                "customdata": [
+                    [configuration, run, base]
+                    for run, base in zip(line["run_id"], line["baseline_devices"], strict=True)
+                ],
+                "hovertemplate": _hover(
+                    [
+                        ("backend", backend),
+                        ("plan", plan),
+                        ("devices (N)", "%{x}"),
+                        (label, "%{y}"),
+                        ("configuration", "%{customdata[0]}"),
+                        ("run_id", "%{customdata[1]}"),
+                        ("baseline_devices", "%{customdata[2]}"),
+                    ]
+                ),
+            }
+        )
+        shown.add(name)
     swept = sorted(frame["devices"].unique())
-    figure.update_xaxes(type="log" if swept and swept[-1] > 8 * max(swept[0], 1) else "linear", tickvals=swept)
+    layout: dict = {
+        "title": _title(title),
+        "legend": {"title": _title("backend, plan"), "tracegroupgap": 0},
+        "xaxis": {
+            "title": _title("devices (N)"),
+            "tickvals": swept,
+            "type": "log" if swept and swept[-1] > 8 * max(swept[0], 1) else "linear",
+        },
+        "yaxis": {"title": _title(label)},
+    }
     if y == "efficiency":
-        figure.add_hline(y=1.0, line_dash="dot", line_color="#9e9e9e", annotation_text="ideal")
-    return _layout(figure, height=380)
+        ideal = _hline(1.0, "dot", "#9e9e9e", "ideal")
+        layout |= {"shapes": [ideal["shape"]], "annotations": [ideal["annotation"]]}
+    return _figure(traces, layout, height=380)
 
 
 #: the memory breakdown's parts (tpubench.analysis.memory.PARTS' labels), bottom to top

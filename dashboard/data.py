@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -29,13 +30,14 @@ from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import changepoints, compare, identity, scaling
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
+from tpubench.results_dir import is_remote
 from tpubench.schema import RUNS
 from tpubench.serving import PERCENTILES
 
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300
 #: what the sidebar filters and the pages' pickers need of every run
-INDEX_COLUMNS = (
+PICKER_COLUMNS = (
     "run_id",
     "invocation_id",
     "started_at",
@@ -71,7 +73,7 @@ TREND_METRICS = {
     "joules_per_token": "energy per token (J, measured)",
 }
 SERVING_COLUMNS = (
-    *INDEX_COLUMNS,
+    *PICKER_COLUMNS,
     *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in PERCENTILES),
     "output_tokens_per_s",
     "total_tokens_per_s",
@@ -80,9 +82,9 @@ SERVING_COLUMNS = (
 )
 
 
-#: what the Scaling page reads of a run (:mod:`tpubench.analysis.scaling`), where the store has it
+#: what the Scaling page reads of a run (:mod:`tpubench.analysis.scaling`): every run's
 SCALING_COLUMNS = (
-    *INDEX_COLUMNS,
+    *PICKER_COLUMNS,
     "median_step_ms",
     "tokens_per_s",
     "samples_per_s",
@@ -94,6 +96,12 @@ SCALING_COLUMNS = (
     "per_device_batch_size",
     "global_batch_size",
 )
+#: the index of every run: the pickers' columns and the Scaling page's, which reads every
+#: invocation: from the index it reads no runs file (a second pass over all of them took longer
+#: than the page's whole budget). The index is kept file by file (:func:`_indexed`).
+INDEX_COLUMNS = tuple(dict.fromkeys(SCALING_COLUMNS))
+#: the index's column of :func:`configuration_codes`
+CONFIG_CODE = "config_code"
 
 
 def results_location() -> str:
@@ -114,17 +122,21 @@ def stores(results: str) -> list[str]:
     return [part for part in results.split(STORE_SEPARATOR) if part]
 
 
-def _scan(results: str, table: str, columns: tuple[str, ...] | None = None, **filters: object) -> Loaded:
+def _scan(
+    results: str, table: str, columns: tuple[str, ...] | None = None, read: object = None, **filters: object
+) -> Loaded:
     """``table``'s rows over every store of ``results``, as one frame; with several stores, a
     ``store`` column says which each row came from, a run found in two (a store copied into
-    another) counts once, and a store that does not exist is named, not fatal, unless none does."""
+    another) counts once, and a store that does not exist is named, not fatal, unless none does.
+    ``read`` reads one store (default :func:`tpubench.store.scan_table`)."""
     named = stores(results)
     frames, skipped = [], []
+    read = read or store.scan_table
     for location in named:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                frame = store.scan_table(location, table, columns, **filters)
+                frame = read(location, table, columns, **filters)
             except store.StoreError as error:
                 if len(named) == 1:
                     raise
@@ -149,6 +161,67 @@ def store_of(results: str, index: pd.DataFrame, run_ids: pd.Series | list[str]) 
     return found.pop() if len(found) == 1 else None
 
 
+#: per local store, table and columns: each invocation's file identity (inode, mtime, size) and
+#: the rows read from it (:func:`_indexed`); the lock serialises the sessions' threads
+_INDEXED: dict[tuple, tuple[dict[str, tuple], pd.DataFrame]] = {}
+_INDEXED_LOCK = threading.Lock()
+
+
+def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``columns`` of every row of one store's ``table`` (:func:`tpubench.store.scan_table`'s
+    signature), kept file by file: a file's rows are read again only when the file is new or was
+    rewritten (another inode, mtime or size: the writer replaces a file whole), so the index
+    costs a read of every file once per server, then a ``stat`` of each.
+
+    Why: opening a runs file costs milliseconds whatever is read of it (its footer describes the
+    table's 150 columns), and a year of nights is 400 files: reading them all again took about a
+    second, on the first page after every expiry of the cache (``TTL_S``) or Reload, whatever
+    had changed. A remote store is read whole, as before (no cheap identity to key it by)."""
+    if is_remote(location):
+        return store.scan_table(location, table, columns)
+    current: dict[str, tuple] = {}
+    for path in store.parquet_files(location, table):  # one file per invocation, named after it
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:  # removed since the listing
+            continue
+        invocation = os.path.basename(path).removesuffix(".parquet")
+        current[invocation] = (*current.get(invocation, ()), (found.st_ino, found.st_mtime_ns, found.st_size))
+    with _INDEXED_LOCK:
+        known, frame = _INDEXED.get((location, table, columns), ({}, None))
+        stale = sorted(invocation for invocation, identity in current.items() if known.get(invocation) != identity)
+        if frame is not None and not stale and known.keys() == current.keys():
+            return frame.copy()
+        # most files stale (the first read): all of them, unfiltered; a filter that names 400
+        # invocations cost more than reading them
+        everything = len(stale) > len(current) // 2
+        stale = sorted(current) if everything else stale
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if everything:
+                fresh = store.scan_table(location, table, columns)
+            else:
+                fresh = store.scan_table(location, table, columns, invocation_id=stale) if stale else None
+        unread = {i for i in stale for w in caught if f"{os.sep}{i}.parquet" in str(w.message)}
+        for warning in caught:  # for _scan, which names the skipped files
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        kept = frame[frame["invocation_id"].isin(current.keys() - set(stale))] if frame is not None else None
+        pieces = [piece for piece in (kept, fresh) if piece is not None and len(piece)]
+        frame = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0] if pieces else fresh
+        if frame is None:
+            frame = store.scan_table(location, table, columns, invocation_id=[])
+        # an unreadable file is not remembered: it is tried (and named) again next time
+        _INDEXED[(location, table, columns)] = ({i: v for i, v in current.items() if i not in unread}, frame)
+        return frame.copy()
+
+
+def forget_indexed() -> None:
+    """Drop every store's rows kept by :func:`_indexed`: the next read opens every file again,
+    as a server's first page does (``benchmarks/dashboard_speed.py`` measures that)."""
+    with _INDEXED_LOCK:
+        _INDEXED.clear()
+
+
 def _tag_pairs(text: object) -> tuple[str, ...]:
     tags = json.loads(text) if isinstance(text, str) and text else {}
     return tuple(f"{key}={value}" for key, value in sorted(tags.items()))
@@ -160,10 +233,20 @@ def run_index(results: str) -> Loaded:
 
     Raises :class:`tpubench.store.StoreError` when the store does not exist.
     """
-    loaded = _scan(results, "runs", INDEX_COLUMNS)
+    loaded = _scan(results, "runs", INDEX_COLUMNS, read=_indexed)
     frame = loaded.frame.sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
-    frame["tag_pairs"] = frame["tags"].map(_tag_pairs)
+    # each distinct tags text parsed once: a night's runs share theirs, so 10,000 runs hold a few hundred
+    distinct = frame["tags"].drop_duplicates()
+    frame["tag_pairs"] = frame["tags"].map(dict(zip(distinct, distinct.map(_tag_pairs), strict=True)))
+    frame[CONFIG_CODE] = configuration_codes(frame)
     return Loaded(frame, loaded.skipped)
+
+
+def configuration_codes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's configuration (:data:`CONFIG_KEYS`, read as :func:`identity.configurations`
+    reads it) as one number, equal for runs of one configuration: computed once with the index,
+    so that pairing nights (:func:`last_two_nights`, on every rerun of Compare) compares numbers."""
+    return identity.configurations(runs).groupby(list(CONFIG_KEYS), dropna=False, sort=False).ngroup()
 
 
 @dataclass(frozen=True)
@@ -196,8 +279,11 @@ class Filters:
 
 def invocations(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per invocation of ``runs``, newest first: invocation_id, started_at, runs, not_ok."""
-    grouped = runs.groupby("invocation_id", sort=False).agg(
-        started_at=("started_at", "min"), runs=("run_id", "size"), not_ok=("status", lambda s: int((s != "ok").sum()))
+    # not_ok is summed from a column, not counted by a function per group: a Python call per
+    # invocation cost seconds over a year of nights, on every rerun of the pages that pick one
+    flagged = runs.assign(not_ok=(runs["status"] != "ok").astype("int64"))
+    grouped = flagged.groupby("invocation_id", sort=False).agg(
+        started_at=("started_at", "min"), runs=("run_id", "size"), not_ok=("not_ok", "sum")
     )
     return grouped.sort_values("started_at", ascending=False).reset_index()
 
@@ -224,11 +310,10 @@ def last_two_nights(runs: pd.DataFrame) -> Nights | None:
     nights = invocations(runs)["invocation_id"]
     if len(nights) < 2:
         return None
-    keyed = identity.configurations(runs)
-    by_night = {
-        night: set(rows[list(CONFIG_KEYS)].astype(str).itertuples(index=False))
-        for night, rows in keyed.groupby("invocation_id", sort=False)
-    }
+    # each configuration as one number, so a night is a set of numbers: the configurations
+    # spelled out as tuples of text, night by night, took seconds over a year of nights
+    codes = runs[CONFIG_CODE] if CONFIG_CODE in runs else configuration_codes(runs)
+    by_night = {night: set(night_codes) for night, night_codes in codes.groupby(runs["invocation_id"], sort=False)}
     for newest in range(len(nights) - 1):
         wanted = by_night[nights.iloc[newest]]
         for position in range(newest + 1, len(nights)):
@@ -269,14 +354,6 @@ def runs(
     if run_ids is not None:
         filters["run_id"] = list(run_ids)
     return _scan(results, "runs", columns, **filters)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def scaling_runs(results: str, invocations: tuple[str, ...]) -> Loaded:
-    """``invocations``' runs with :data:`SCALING_COLUMNS`, those the store's schema has (a
-    store written before multi-device runs reads as one device per run)."""
-    known = store.TABLES["runs"].names
-    return runs(results, invocations, None, tuple(dict.fromkeys(c for c in SCALING_COLUMNS if c in known)))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -401,10 +478,32 @@ def ceilings(results: str) -> Loaded:
         return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def matmul_ceilings(results: str) -> pd.DataFrame:
+    """The store's matmul ceiling per device and dtype (:func:`tpubench.analysis.ceilings.matmul_ceilings`):
+    computed once per read of the ceilings table, not again on every rerun of the pages that show
+    MFU against it."""
+    return ceilings_analysis.matmul_ceilings(ceilings(results).frame)
+
+
 def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with ``mfu_attained`` against the store's measured ceilings, as ``tpubench
     compare`` computes it (:func:`tpubench.analysis.ceilings.attach_attained`)."""
-    return ceilings_analysis.attach_attained(runs, ceilings(results).frame)
+    return ceilings_analysis.attach_ceilings(runs, matmul_ceilings(results))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def ceilings_summary(results: str) -> pd.DataFrame:
+    """``tpubench ceilings --show``'s lines of the store (:func:`tpubench.analysis.ceilings.summary`),
+    once per read of the table: no filter changes them, and the Ceilings page reruns on each."""
+    return ceilings_analysis.summary(ceilings(results).frame)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def ceilings_curves(results: str, kind: str) -> pd.DataFrame:
+    """A kind's curves of the store's ceilings (:func:`tpubench.analysis.ceilings.curves`), once
+    per read of the table, as :func:`ceilings_summary`."""
+    return ceilings_analysis.curves(ceilings(results).frame, kind)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

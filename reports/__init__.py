@@ -111,26 +111,42 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     keys = list(CONFIG_KEYS)
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    rows = []
-    for key, group in configurations(runs).groupby(keys, dropna=False, sort=True):
-        statuses = [s for s in group["status"] if s != "ok"]
-        rows.append(
-            {
-                **dict(zip(keys, key, strict=True)),
-                "runs": len(group),
-                "status": statuses[0] if statuses else "ok",
-                "median_step_ms": group["median_step_ms"].median(),
-                "ci_low_step_ms": group["ci_low_step_ms"].min(),
-                "ci_high_step_ms": group["ci_high_step_ms"].max(),
-                "tokens_per_s": group["tokens_per_s"].median(),  # decode: output tokens (schema 2)
-                "mfu": group["mfu"].median(),
-                # against the measured ceiling, where the runs were read with one (analysis.ceilings)
-                "mfu_attained": group["mfu_attained"].median() if "mfu_attained" in group else None,
-                "peak_mem_mib": group["peak_mem_bytes"].median() / 2**20,
-                "host_busy_runs": int(group["host_other_cpu_share"].map(is_busy).sum()),
-            }
-        )
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    frame = configurations(runs)
+    # grouped aggregations over columns, not a Python loop over the groups, and by one number
+    # per configuration rather than by its 18 columns (a MultiIndex of them cost as much as the
+    # figures): the dashboard calls this on every rerun of the Overview and Compare
+    config = frame.groupby(keys, dropna=False, sort=True).ngroup().to_numpy()
+    figures = pd.DataFrame(
+        {
+            **{
+                column: pd.to_numeric(frame[column]) if column in frame else float("nan")
+                for column in ("median_step_ms", "ci_low_step_ms", "ci_high_step_ms", "tokens_per_s", "mfu")
+            },
+            # against the measured ceiling, where the runs were read with one (analysis.ceilings)
+            "mfu_attained": pd.to_numeric(frame["mfu_attained"]) if "mfu_attained" in frame else float("nan"),
+            "peak_mem_mib": pd.to_numeric(frame["peak_mem_bytes"]) / 2**20,
+        },
+        index=frame.index,
+    )
+    grouped = figures.groupby(config, sort=True)
+    medians = grouped[["median_step_ms", "tokens_per_s", "mfu", "mfu_attained", "peak_mem_mib"]].median()
+    table = frame.loc[~pd.Series(config, index=frame.index).duplicated(), keys]  # each configuration's first row
+    table = table.set_axis(config[~pd.Series(config).duplicated().to_numpy()]).sort_index()
+    table = table.fillna({key: float("nan") for key in keys if table[key].dtype == object})  # None, as groupby gave
+    status = frame["status"].where(frame["status"] != "ok")  # the first run not ok names the group's status
+    table = table.assign(
+        runs=grouped.size(),
+        status=status.groupby(config, sort=True).first().reindex(table.index).fillna("ok"),
+        median_step_ms=medians["median_step_ms"],
+        ci_low_step_ms=grouped["ci_low_step_ms"].min(),
+        ci_high_step_ms=grouped["ci_high_step_ms"].max(),
+        tokens_per_s=medians["tokens_per_s"],  # decode: output tokens (schema 2)
+        mfu=medians["mfu"],
+        mfu_attained=medians["mfu_attained"] if "mfu_attained" in frame else None,
+        peak_mem_mib=medians["peak_mem_mib"],
+        host_busy_runs=frame["host_other_cpu_share"].map(is_busy).astype("int64").groupby(config, sort=True).sum(),
+    )
+    return table.reset_index(drop=True)[SUMMARY_COLUMNS]
 
 
 def _cross_backend(runs: pd.DataFrame, prices: dict) -> pd.DataFrame:

@@ -685,3 +685,59 @@ def test_ceilings_draws_each_kind_and_runs_show_mfu_of_the_measured_ceiling(serv
     overview.radio(key="value").set_value("mfu_attained").run()
     cells = frames(overview)[0].iloc[:, 0].str.removesuffix(" ⚠")
     assert cells.str.replace(",", "").map(float).gt(0).all(), cells  # thousands separated
+
+
+def test_ceilings_draws_a_collective_sweep_beside_its_picker(serve, tmp_path: Path) -> None:
+    """A store whose ceilings include a collective sweep (rows as `tpubench ceilings --kind
+    collective` writes them): its bus-bandwidth curve draws under the collective picker. The
+    picker and the chart once shared the key "collective", and the page raised instead."""
+    started = pd.Timestamp("2026-12-01 10:00", tz="UTC").to_pydatetime()
+    writer = store.InvocationWriter(tmp_path, "inv-ceilings", started, tables=("ceilings",))
+    rows = [
+        {"run_id": "sweep", "invocation_id": "inv-ceilings", "started_at": started, "kind": "collective",
+         "op": op, "dtype": "float32", "backend": "cpu", "device": "CPU", "device_kind": "cpu", "devices": 2,
+         "shape": f"{size} B", "size_bytes": size, "bytes_per_op": float(size), "status": "ok",
+         "median_s": size / 1e9, "median_rate": 1e9, "max_rate": 1.1e9, "p10_rate": 0.9e9, "rate_unit": "B/s"}
+        for op in ("all_reduce", "all_gather") for size in (2**16, 2**20)
+    ]  # fmt: skip
+    store.Location(tmp_path).write_table(store.to_table(rows, "ceilings"), writer.paths["ceilings"])
+    app = serve(tmp_path, "Ceilings")
+    assert app.selectbox(key="collective").value in ("all_gather", "all_reduce")
+    assert charts(app) == 1
+    assert set(frames(app)[0]["op"]) == {"all_reduce", "all_gather"}
+
+
+def test_the_index_reads_a_runs_file_again_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is kept file by file: an unchanged file is not read again, a new or rewritten
+    one is, a removed one's runs leave, and an unreadable one is named on every read."""
+    reads: list[object] = []
+    scan = store.scan_table
+    monkeypatch.setattr(store, "scan_table", lambda *a, **k: reads.append(k.get("invocation_id")) or scan(*a, **k))
+
+    def write(invocation: str, *statuses: str) -> None:
+        writer = store.InvocationWriter(tmp_path, invocation, run_row()["started_at"])
+        for status in statuses:
+            writer.add(run_row(invocation_id=invocation, status=status))
+
+    def index() -> data.Loaded:
+        return data._scan(str(tmp_path), "runs", data.INDEX_COLUMNS, read=data._indexed)
+
+    data.forget_indexed()
+    write("inv-a", "ok", "ok")
+    write("inv-b", "ok")
+    write("inv-c", "ok")
+    assert len(index().frame) == 4 and reads == [None]  # the first read: every file, at once
+    assert len(index().frame) == 4 and reads == [None]  # nothing changed: nothing read
+    write("inv-a", "ok", "failed")  # rewritten whole, as the writer does
+    write("inv-d", "oom")
+    frame = index().frame
+    assert reads[-1] == ["inv-a", "inv-d"] and sorted(frame["status"]) == ["failed", "ok", "ok", "ok", "oom"]
+    next(tmp_path.glob("runs/*/inv-b.parquet")).unlink()
+    assert set(index().frame["invocation_id"]) == {"inv-a", "inv-c", "inv-d"}
+    next(tmp_path.glob("runs/*/inv-c.parquet")).write_bytes(b"not parquet")
+    for _ in range(2):  # not remembered: named again on the next read
+        loaded = index()
+        assert set(loaded.frame["invocation_id"]) == {"inv-a", "inv-d"} and "inv-c.parquet" in loaded.skipped[0]
+    data.forget_indexed()

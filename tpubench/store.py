@@ -25,6 +25,7 @@ at all; a PUT cut short leaves no object.
 
 from __future__ import annotations
 
+import glob as stdlib_glob
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -80,7 +81,11 @@ class Location:
         return self.fs.unstrip_protocol(path) if self.remote else path
 
     def glob(self, *parts: str) -> list[str]:
-        return sorted(self.fs.glob(self.join(*parts)))
+        if self.remote:
+            return sorted(self.fs.glob(self.join(*parts)))
+        # the standard library's on a local store: fsspec's lists and stats every partition
+        # folder in Python, a tenth of a second per table over a year of nights, paid by every read
+        return sorted(stdlib_glob.glob("/".join([stdlib_glob.escape(self.root), *parts])))
 
     def exists(self) -> bool:
         return self.fs.exists(self.root) if self.remote else Path(self.root).is_dir()

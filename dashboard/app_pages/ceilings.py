@@ -5,11 +5,9 @@ bandwidth by message size; one line per device (:mod:`tpubench.analysis.ceilings
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, state, ui
-from tpubench.analysis import ceilings
+from dashboard import charts, data, state, ui
 
 #: each kind's curve: its x axis and the unit its rate is shown in
 AXES = {
@@ -21,27 +19,19 @@ HINT = "tpubench ceilings --backend cpu --results {results}"
 
 
 def curve(points: pd.DataFrame, kind: str, title: str) -> object:
-    """Median rate by size, one line per series (backend, device, op, dtype, group size), log axes."""
+    """Median rate by size, one line per series (backend, device, op, dtype, group size), log x
+    axis; built by :func:`dashboard.charts.lines` (Plotly Express cost ten times as much)."""
     label, unit, scale = AXES[kind]
     frame = points.assign(rate=points["median_rate"] / scale, best=points["max_rate"] / scale)
-    figure = px.line(
-        frame,
-        x="size",
-        y="rate",
-        color="series",
-        markers=True,
-        log_x=True,
-        hover_data={"best": ":.4g", "series": True},
-        labels={"size": label, "rate": f"median {unit}", "best": f"max {unit}", "series": ""},
-        title=title,
-    )
-    figure.update_layout(legend={"orientation": "h", "y": -0.25})
-    return figure
+    return charts.lines(
+        frame, "size", "rate", "series", {"size": label, "rate": f"median {unit}", "series": ""}, title,
+        hover={"best": (f"max {unit}", ":.4g")}, log_x=True, legend={"orientation": "h", "y": -0.25},
+    )  # fmt: skip
 
 
-def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """``tpubench ceilings --show``'s table: each line's best point beside the data sheet."""
-    lines = ceilings.summary(frame)
+def summary_table(lines: pd.DataFrame) -> pd.DataFrame:
+    """``tpubench ceilings --show``'s table (``lines``: :func:`tpubench.analysis.ceilings.summary`): each line's
+    best point beside the data sheet."""
     return pd.DataFrame(
         {
             "backend": lines["backend"],
@@ -82,26 +72,27 @@ def main() -> None:
         "device and dtype. Simulated devices (gloo ranks or PJRT CPU devices sharing the host) show the plumbing, "
         "not a link."
     )
-    ui.table(summary_table(frame).style.format(precision=3, thousands=",", na_rep="-"))
-    matmul = ceilings.curves(frame, "matmul")
+    ui.table(summary_table(data.ceilings_summary(view.results)).style.format(precision=3, thousands=",", na_rep="-"))
+    matmul = data.ceilings_curves(view.results, "matmul")
     if not matmul.empty:
         dtypes = sorted(matmul["dtype"].unique())
         st.subheader("Matmul FLOP/s by matrix size")
         for column, dtype in zip(st.columns(len(dtypes)), dtypes, strict=True):
-            column.plotly_chart(curve(matmul[matmul["dtype"] == dtype], "matmul", dtype), key=f"matmul-{dtype}")
-    memory = ceilings.curves(frame, "memory")
+            shown = matmul[matmul["dtype"] == dtype]
+            column.plotly_chart(curve(shown, "matmul", dtype), key=f"ceilings-matmul-{dtype}")
+    memory = data.ceilings_curves(view.results, "memory")
     if not memory.empty:
         st.subheader("Memory bandwidth by transfer size")
         ops = list(dict.fromkeys(memory["op"]))
         default = "triad" if "triad" in ops else ops[0]
         op = st.selectbox("Kernel", ops, key=state.bind("kernel", default, choices=ops))
-        st.plotly_chart(curve(memory[memory["op"] == op], "memory", f"STREAM {op}"), key="memory")
-    collective = ceilings.curves(frame, "collective")
+        st.plotly_chart(curve(memory[memory["op"] == op], "memory", f"STREAM {op}"), key="ceilings-memory")
+    collective = data.ceilings_curves(view.results, "collective")
     if not collective.empty:
         st.subheader("Bus bandwidth by message size")
         ops = list(dict.fromkeys(collective["op"]))
         op = st.selectbox("Collective", ops, key=state.bind("collective", ops[0], choices=ops))
-        st.plotly_chart(curve(collective[collective["op"] == op], "collective", op), key="collective")
+        st.plotly_chart(curve(collective[collective["op"] == op], "collective", op), key="ceilings-collective")
 
 
 main()

@@ -136,13 +136,15 @@ def main() -> None:
             f"Opened on `{default}`, the latest invocation with a run that compiled a graph; the "
             f"{len(newer)} newer one(s) ({', '.join(f'`{n}`' for n in newer)}) compiled nothing."
         )
-    ids = tuple(view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"])
-    loaded = data.runs(view.results, (invocation,), ids)
-    captured = data.compiles(view.results, (invocation,), ids)
+    kept = view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"]
+    # the invocation's files read whole and its kept runs picked here: a filter that hides some
+    # of its runs then finds them cached (Overview does the same)
+    loaded = data.runs(view.results, (invocation,))
+    captured = data.compiles(view.results, (invocation,))
     ui.warn_skipped((*loaded.skipped, *captured.skipped))
-    runs = loaded.frame.copy()
+    runs = loaded.frame[loaded.frame["run_id"].isin(kept)].copy()
     runs["label"] = data.series_label(runs)
-    events = captured.frame
+    events = captured.frame[captured.frame["run_id"].isin(kept)]
     fallback = fallbacks(runs)
     headline(runs, events)
     why = analysis.why_table(events)

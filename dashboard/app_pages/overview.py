@@ -82,10 +82,12 @@ def main() -> None:
         return
     st.title("Overview")
     invocation = ui.invocation_picker(view.runs)
-    ids = tuple(view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"])
-    loaded = data.runs(view.results, (invocation,), ids)
+    kept = view.runs.loc[view.runs["invocation_id"] == invocation, "run_id"]
+    # the invocation read whole and its kept runs picked here: a filter that hides some of its
+    # runs then finds the file's rows cached instead of reading the file again
+    loaded = data.runs(view.results, (invocation,))
     ui.warn_skipped(loaded.skipped)
-    runs = data.with_attained(view.results, loaded.frame)
+    runs = data.with_attained(view.results, loaded.frame[loaded.frame["run_id"].isin(kept)])
     counts = runs["status"].value_counts()
     columns = st.columns(5)
     columns[0].metric("Runs", len(runs))
@@ -112,7 +114,7 @@ def main() -> None:
     ui.table(matrix(summary, value).style.map(_style), hide_index=False, height="content")
     if summary["median_step_ms"].notna().any():
         st.plotly_chart(charts.step_bars(summary), key="overview-steps")
-    ok = runs[runs["status"] == "ok"]
+    ok = memory_analysis.with_breakdown(runs[runs["status"] == "ok"])  # labelled only where there is a bar
     parts = memory_analysis.stacked(ok, data.series_label(ok) + " · " + ok["run_id"].str[:6]) if len(ok) else None
     if parts is not None and not parts.empty:
         st.subheader("Memory by part per run")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, state, ui
+from dashboard import charts, state, ui
 from tpubench.analysis import scaling
 from tpubench.analysis.prices import load_prices
 
@@ -70,10 +70,7 @@ def main() -> None:
     if view is None:
         return
     st.title("Scaling")
-    invocations = tuple(sorted(view.runs["invocation_id"].unique()))
-    loaded = data.scaling_runs(view.results, invocations)
-    ui.warn_skipped(loaded.skipped)
-    runs = loaded.frame[loaded.frame["run_id"].isin(view.runs["run_id"])]
+    runs = view.runs  # the index holds what the scaling views read (data.SCALING_COLUMNS)
     report = scaling.scaling_report(runs)
     if report.empty:
         st.info("No multi-device configuration among the runs the filters keep. A sweep over N that fills this page:")

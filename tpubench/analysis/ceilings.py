@@ -162,7 +162,13 @@ def attach_attained(runs: pd.DataFrame, ceilings: pd.DataFrame) -> pd.DataFrame:
     (``flops_per_step`` / median step / devices, as ``mfu`` counts it) over the matmul ceiling of
     its device and dtype (:func:`matmul_ceilings`), whose sweep ``ceiling_run_id`` names. Null
     where no ceiling was measured, the run has no step time, or its FLOP count is incomplete."""
-    table = matmul_ceilings(ceilings)
+    return attach_ceilings(runs, matmul_ceilings(ceilings))
+
+
+def attach_ceilings(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`attach_attained` against ``table``, the ceilings' :func:`matmul_ceilings`: for a
+    reader that holds that table and attaches it to one set of runs after another (the
+    dashboard, on every rerun)."""
     frame = runs.copy()
     if frame.empty:
         return frame.assign(**{column: pd.Series(dtype=object) for column in ATTAINED_COLUMNS})

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tpubench.analysis.shapes import shape_labels
-from tpubench.spec import KEY_FIELDS, model_label
+from tpubench.spec import DIMENSIONS, KEY_FIELDS, model_label
 
 #: the columns that make a configuration: a run's identity and the device it ran on
 _AFTER_BACKEND = KEY_FIELDS.index("backend") + 1
@@ -31,6 +31,8 @@ CONFIG_KEYS: tuple[str, ...] = (*KEY_FIELDS[:_AFTER_BACKEND], "device", *KEY_FIE
 ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "scaling": None}
 #: a row from before multi-host runs ran on one host (as the store reads it: ``store.upgrade``)
 ONE_HOST = {"hosts": 1}
+#: what a shape label reads of a row (:func:`tpubench.analysis.shapes.shape_labels`)
+SHAPE_COLUMNS = frozenset({"batch_size", *DIMENSIONS, "gen_len", *ONE_DEVICE})
 
 
 def configurations(runs: pd.DataFrame) -> pd.DataFrame:
@@ -66,20 +68,34 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
     ``model 68ee1cc9``, so that two models under one reference never read as one. A user's
     model is named as :func:`tpubench.spec.model_label` names it, by its workload, which says
     its task and non-default config: ``bench_mine:make_model(hidden=128) train float32 16``."""
-    shape = shape_labels(configurations(frame))
-    hashes = frame["model_hash"] if "model_hash" in frame else pd.Series(None, index=frame.index, dtype=object)
-    keys = list(zip(frame["workload"], frame["size"], hashes, strict=True))
-    named = {key: model_label(*key) for key in set(keys)}  # a store has few models and many runs
-    models = pd.Series([named[key] for key in keys], index=frame.index, dtype="string")
-    label = models + " " + frame["mode"].astype("string")
-    if dtype:
-        label = label + " " + frame["dtype"].astype("string")
-    label = label + " " + shape
+    # joined per row from columns read once, as shape_labels does (pandas' string operations
+    # cost about a millisecond each, and a label took a dozen of them beside the shape's)
+    columns = [_texts(frame[column]) for column in ("workload", "size", "mode", *(("dtype",) if dtype else ()))]
+    shaped = [column for column in frame.columns if column in SHAPE_COLUMNS]  # not a copy of 150 columns
+    columns.append(shape_labels(configurations(frame[shaped])).tolist())
     if backend:
         prefix = "" if "backend" in frame else "test_"
-        device = frame[f"{prefix}device"].astype("string").fillna("no device")
-        label = label + " " + frame[f"{prefix}backend"].astype("string") + " (" + device + ")"
-    if "model_hash" in frame:
-        model = frame["model_hash"].astype("string").str.slice(0, 8)
-        label = label.where(model.isna(), label + " model " + model)
-    return label.astype(object)
+        devices = [device if device is not None else "no device" for device in _texts(frame[f"{prefix}device"])]
+        backends = [
+            None if name is None else f"{name} ({device})"
+            for name, device in zip(_texts(frame[f"{prefix}backend"]), devices, strict=True)
+        ]
+        columns.append(backends)
+    models = _texts(frame["model_hash"]) if "model_hash" in frame else [None] * len(frame)
+    labels: list[object] = []
+    named: dict[tuple[str, str, str | None], str] = {}
+    for parts, model in zip(zip(*columns, strict=True), models, strict=True):
+        if any(part is None or part is pd.NA for part in parts):  # as pandas' text: missing in, missing out
+            labels.append(pd.NA)
+            continue
+        (workload, size, mode, *rest) = parts
+        if (workload, size, model) not in named:  # a store has few models and many runs
+            named[workload, size, model] = model_label(workload, size, model)
+        label = " ".join([f"{named[workload, size, model]} {mode}", *rest])
+        labels.append(label if model is None else f"{label} model {model[:8]}")
+    return pd.Series(labels, index=frame.index, dtype=object)
+
+
+def _texts(values: pd.Series) -> list[str | None]:
+    """A column's values as text (``astype("string")``'s), None where missing."""
+    return [None if pd.isna(value) else str(value) for value in values.tolist()]

@@ -86,12 +86,18 @@ def profiler_agreement(run: dict[str, Any], memory: pd.DataFrame, rank: int | No
     return pd.DataFrame(rows)
 
 
+def with_breakdown(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that have a memory breakdown (the ones :func:`stacked` draws), with every part's
+    column (null where a frame lacks one): a reader labels only these."""
+    columns = [column for column, _ in PARTS.values()]
+    have = runs.reindex(columns=[*runs.columns, *[c for c in columns if c not in runs.columns]])
+    return have[have[columns[0]].notna()]
+
+
 def stacked(runs: pd.DataFrame, label: pd.Series | None = None) -> pd.DataFrame:
     """Runs' breakdowns in long form for a stacked bar: run_id, label, part, bytes, with
     each run's estimate and peak beside; runs without a breakdown are left out."""
-    columns = [column for column, _ in PARTS.values()]
-    have = runs.reindex(columns=[*runs.columns, *[c for c in columns if c not in runs.columns]])
-    have = have[have[columns[0]].notna()]
+    have = with_breakdown(runs)
     names = label.loc[have.index] if label is not None else have["run_id"]
     rows = [
         {

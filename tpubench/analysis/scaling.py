@@ -153,13 +153,48 @@ def config_key(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_keys(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (normalised) with the :data:`CONFIG_KEYS` columns."""
+    """``runs`` (normalised) with the :data:`CONFIG_KEYS` columns: :func:`config_key` of every
+    row, computed over columns (a Python call per row cost seconds on a year of nights, on every
+    first render of the Scaling page)."""
     frame = normalised(runs)
-    rows = [config_key(row) for row in frame.to_dict("records")]
-    keys = pd.DataFrame(rows, index=frame.index, columns=list(CONFIG_KEYS), dtype=object)  # an empty store too
+    devices = frame["devices"].astype("int64")
+    tp = frame["tp_size"].astype("int64")
+    one = devices == 1
+    numbers = {
+        column: pd.to_numeric(frame[column]).astype("Float64")
+        for column in ("per_device_batch_size", "global_batch_size", "batch_size")
+        if column in frame
+    }
+    none = pd.Series(pd.NA, index=frame.index, dtype="Float64")
+    global_ = numbers.get("global_batch_size", none).fillna(numbers.get("batch_size", none))
+    data_parallel = devices.where(frame["parallel"] != "fsdp_tp", (devices // tp).clip(lower=1))
+    data_parallel = data_parallel.where(frame["parallel"] != "tp", 1)
+    per_device_ = numbers.get("per_device_batch_size", none).fillna(global_.floordiv(data_parallel))
+    scaling = frame["scaling"].astype(object).where(frame["scaling"].notna(), None)
+    batch = global_.where(one | (scaling != "weak"), per_device_)
+    keys = pd.DataFrame(
+        {
+            "parallel": frame["parallel"].astype(object).where(~one, ANY),
+            "tp_key": _integers(tp.where(frame["parallel"] == "fsdp_tp")).where(~one, ANY),
+            "scaling": scaling.where(~one, ANY),
+            "batch_key": _integers(batch),
+        },
+        index=frame.index,
+        dtype=object,
+    )
     for column in ("parallel", "scaling"):
         frame[f"stored_{column}"] = frame[column]
-    return frame.drop(columns=["parallel", "scaling"]).join(keys.drop(columns=list(IDENTITY)))
+    return frame.drop(columns=["parallel", "scaling"]).join(keys)
+
+
+def _integers(values: pd.Series) -> pd.Series:
+    """Whole numbers as Python ints and missing ones as None, as :func:`config_key` gives them."""
+    known = values.notna().to_numpy()
+    return pd.Series(
+        [int(value) if present else None for value, present in zip(values.to_numpy(object), known, strict=True)],
+        index=values.index,
+        dtype=object,
+    )
 
 
 #: per-device throughput columns and the run-wide ones they derive from
@@ -365,7 +400,7 @@ def cross_backend(report: pd.DataFrame, runs: pd.DataFrame, prices: Mapping[str,
     ran = report[report["step_ms"].notna()]
     if ran.empty:
         return pd.DataFrame(columns=columns)
-    known = normalised(runs).set_index("run_id")
+    known = normalised(runs[runs["run_id"].isin(ran["run_id"])]).set_index("run_id")  # the rows it looks up
     devices_of = known["device"].to_dict()
     energy_of = known[["joules_per_token", "energy_source"]].astype(object).to_dict("index")
     records = []

@@ -18,18 +18,35 @@ from tpubench.spec import DIMENSIONS, parallel_label
 INTEGER_COLUMNS = frozenset(field.name for field in RUNS if field.type == "int64")
 
 
+def whole(frame: pd.DataFrame, column: str) -> list[int | None]:
+    """A column of whole numbers as Python ints, None where missing (a fraction is an error)."""
+    return [None if value is pd.NA else int(value) for value in pd.to_numeric(frame[column]).astype("Int64").tolist()]
+
+
 def shape_labels(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
-    """Each row's shape, as :func:`tpubench.spec.shape_label` writes it (vectorised)."""
-    label = prefix + pd.to_numeric(frame["batch_size"]).astype("Int64").astype("string")
-    for name, letter in DIMENSIONS.items():
-        if name not in frame:  # a frame from before the dimension existed
+    """Each row's shape, as :func:`tpubench.spec.shape_label` writes it; missing where the batch is.
+
+    The columns are converted once and the text joined per row: pandas' string operations cost
+    about a millisecond each whatever the length, and a label took some forty of them, which
+    made every table and chart of the dashboard pay tens of milliseconds per label column."""
+    dimensions = [
+        ("" if name == "seq_len" and not prefix else letter, whole(frame, name))
+        for name, letter in DIMENSIONS.items()
+        if name in frame  # a frame from before the dimension existed
+    ]
+    generated = pd.to_numeric(frame["gen_len"]).fillna(0).astype("Int64").tolist()
+    labels: list[object] = []
+    for row, (batch, layout) in enumerate(zip(whole(frame, "batch_size"), layout_labels(frame), strict=True)):
+        if batch is None:
+            labels.append(pd.NA)
             continue
-        values = pd.to_numeric(frame[name]).astype("Int64").astype("string")
-        tag = "" if name == "seq_len" and not prefix else letter
-        label = label.where(values.isna(), label + "x" + tag + values)
-    gen = pd.to_numeric(frame["gen_len"]).fillna(0).astype("Int64")
-    label = label.where(gen == 0, label + "+" + ("g" if prefix else "") + gen.astype("string"))
-    return label + layout_labels(frame).map(lambda layout: f" {layout}" if layout else "")
+        text = f"{prefix}{batch}" + "".join(
+            f"x{tag}{values[row]}" for tag, values in dimensions if values[row] is not None
+        )
+        if generated[row]:
+            text += f"+{'g' if prefix else ''}{generated[row]}"
+        labels.append(f"{text} {layout}" if layout else text)
+    return pd.Series(labels, index=frame.index, dtype="string")
 
 
 def layout_labels(frame: pd.DataFrame) -> pd.Series:
