@@ -104,6 +104,11 @@ class Report:
         return f"{verdict} ({why})" if why else verdict
 
 
+#: the runs' figures a summary pools (``mfu_attained``: against the measured ceiling, where the
+#: runs were read with one, :mod:`tpubench.analysis.ceilings`)
+SUMMED = ("median_step_ms", "ci_low_step_ms", "ci_high_step_ms", "tokens_per_s", "mfu", "mfu_attained")
+
+
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration (:mod:`tpubench.analysis.identity`: a 2-device run is not a
     1-device one, nor one user's model another's): repeats pooled (median of run medians, the
@@ -111,19 +116,15 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     keys = list(CONFIG_KEYS)
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    frame = configurations(runs)
+    read = {*keys, "status", "peak_mem_bytes", "host_other_cpu_share", *SUMMED}
+    frame = configurations(runs[[column for column in runs.columns if column in read]])  # not a copy of 150 columns
     # grouped aggregations over columns, not a Python loop over the groups, and by one number
     # per configuration rather than by its 18 columns (a MultiIndex of them cost as much as the
     # figures): the dashboard calls this on every rerun of the Overview and Compare
     config = frame.groupby(keys, dropna=False, sort=True).ngroup().to_numpy()
     figures = pd.DataFrame(
         {
-            **{
-                column: pd.to_numeric(frame[column]) if column in frame else float("nan")
-                for column in ("median_step_ms", "ci_low_step_ms", "ci_high_step_ms", "tokens_per_s", "mfu")
-            },
-            # against the measured ceiling, where the runs were read with one (analysis.ceilings)
-            "mfu_attained": pd.to_numeric(frame["mfu_attained"]) if "mfu_attained" in frame else float("nan"),
+            **{column: pd.to_numeric(frame[column]) if column in frame else float("nan") for column in SUMMED},
             "peak_mem_mib": pd.to_numeric(frame["peak_mem_bytes"]) / 2**20,
         },
         index=frame.index,
