@@ -49,9 +49,9 @@ def in_process(
     """The CLI's entry point run in this process, like ``tpubench(line, *args)`` without a new
     interpreter, which imports torch and the registry again (5-8 CPU-seconds a call on CI's
     2 cores): for what a command says, above all the input it refuses before anything runs.
-    Not for a command that starts anything (a run's worker, its fork server): that is an
-    error here. One subprocess test per command keeps checking the real process (its exit
-    status, its one line, no traceback).
+    Not for a command that starts runs: a process left running when it returns (a worker's
+    fork server) is an error here, CPU no test measures. One subprocess test per command
+    keeps checking the real process (its exit status, its one line, no traceback).
 
     The call leaves this process as it found it, as a subprocess would: ``os.environ``
     (``env`` is applied for the call only; the CLI sets TORCH_DEVICE_BACKEND_AUTOLOAD,
