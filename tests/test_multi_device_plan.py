@@ -126,7 +126,7 @@ def test_bench_lays_a_users_model_out_too(monkeypatch: pytest.MonkeyPatch) -> No
     assert rows[["devices", "parallel", "scaling", "batch_size", "status"]].values.tolist() == [
         [4, "dp", "weak", 8, "unavailable"]
     ]
-    with pytest.raises(ValueError, match="--devices 2 needs --parallel"):
+    with pytest.raises(ValueError, match="devices=2 needs parallel"):  # in bench's words, not the CLI's
         tpubench.bench(tiny_model, tiny_inputs, devices=2)
 
 
