@@ -73,28 +73,52 @@ def largest_on_any_rank(value: float) -> float:
     return float(flag.item())
 
 
-def measure(spec: CeilingSpec, facts: DeviceFacts, notes: list[str]) -> list[dict[str, Any]]:
-    """This rank's rows: every collective at every message size, with its raw samples."""
-    join_group(spec, facts)
-    world = dist.get_world_size()
+def walk_sizes(
+    ops: tuple[str, ...],
+    spec: CeilingSpec,
+    facts: DeviceFacts,
+    notes: list[str],
+    timed_point: Callable[[str, int], Samples],
+    measured: Callable[[str, int, Samples], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Each collective at each message size, smallest first: ``timed_point(op, size)`` times a
+    point, ``measured(op, size, samples)`` gives its row's columns. An op's walk stops at its
+    first failure (a larger message fails too) or once one sample (``reps`` operations) takes
+    over the sweep's limit (a larger one takes longer), which ``notes`` says. One walk for
+    every family's collectives, so they leave out the same points for the same reasons."""
     dtype = spec.dtypes[0]
-    torch_dtype = getattr(torch, dtype)
     limit = spec.sweep.sample_limit_s
     rows: list[dict[str, Any]] = []
-    for op in COLLECTIVES:
+    for op in ops:
         for size in collective_sizes(facts.kind, spec.full, spec.max_size):
             row = {"op": op, "dtype": dtype, "size_bytes": size, "shape": size_label(size), "bytes_per_op": float(size)}
             try:
-                run = operation(op, size, torch_dtype, ITEMSIZE[dtype], world, facts.device)
-                timed = sample(run, facts.backend, spec.sweep, before=dist.barrier, agree=largest_on_any_rank)
+                timed = timed_point(op, size)
             except Exception as error:
                 rows.append({**row, **failed_point(error)})
                 break
-            rows.append({**row, "status": "ok", "_samples": timed.__dict__})
-            if float(np.median(timed.samples_s)) > limit:
+            rows.append({**row, **measured(op, size, timed), "status": "ok"})
+            if float(np.median(timed.samples_s)) * timed.reps > limit:
                 notes.append(f"collective {op}: sizes above {size} B left out, one sample took over {limit:g} s")
                 break
     return rows
+
+
+def measure(spec: CeilingSpec, facts: DeviceFacts, notes: list[str]) -> list[dict[str, Any]]:
+    """This rank's rows: every collective at every message size, with its raw samples (the
+    ranks' are merged into bandwidths by :func:`merge`)."""
+    join_group(spec, facts)
+    world = dist.get_world_size()
+    torch_dtype, itemsize = getattr(torch, spec.dtypes[0]), ITEMSIZE[spec.dtypes[0]]
+
+    def timed_point(op: str, size: int) -> Samples:
+        run = operation(op, size, torch_dtype, itemsize, world, facts.device)
+        return sample(run, facts.backend, spec.sweep, before=dist.barrier, agree=largest_on_any_rank)
+
+    def raw(op: str, size: int, timed: Samples) -> dict[str, Any]:
+        return {"_samples": timed.__dict__}
+
+    return walk_sizes(COLLECTIVES, spec, facts, notes, timed_point, raw)
 
 
 def merge(spec: CeilingSpec, ranks: list[dict[str, Any]]) -> dict[str, Any]:

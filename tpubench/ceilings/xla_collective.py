@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from tpubench.ceilings import ITEMSIZE, CeilingSpec, collective_sizes, size_label
-from tpubench.ceilings.collective import bandwidth_columns
+from tpubench.ceilings import ITEMSIZE, CeilingSpec
+from tpubench.ceilings.collective import bandwidth_columns, walk_sizes
 from tpubench.ceilings.device import DeviceFacts
-from tpubench.ceilings.timing import failed_point, sample
+from tpubench.ceilings.timing import Samples, sample
 
 #: the collectives XLA expresses under SPMD (broadcast has no root device there)
 SPMD_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -123,26 +123,17 @@ def measure(spec: CeilingSpec, facts: DeviceFacts, notes: list[str]) -> list[dic
     world = xr.global_runtime_device_count()
     if world != spec.devices:
         raise RuntimeError(f"a group of {spec.devices} asked for, torch_xla sees {world} devices")
-    dtype = spec.dtypes[0]
-    torch_dtype = getattr(torch, dtype)
-    limit = spec.sweep.sample_limit_s
+    torch_dtype, itemsize = getattr(torch, spec.dtypes[0]), ITEMSIZE[spec.dtypes[0]]
     notes.append(
         "collective: broadcast left out, SPMD has no root device "
         "(torch_xla's collective_broadcast is an all-reduce of a masked tensor)"
     )
-    rows: list[dict[str, Any]] = []
-    for op in SPMD_COLLECTIVES:
-        for size in collective_sizes(facts.kind, spec.full, spec.max_size):
-            row = {"op": op, "dtype": dtype, "size_bytes": size, "shape": size_label(size), "bytes_per_op": float(size)}
-            try:
-                run = operation(op, size, torch_dtype, ITEMSIZE[dtype], world, facts.reps)
-                timed = sample(run, facts.backend, spec.sweep, reps=facts.reps)
-            except Exception as error:
-                rows.append({**row, **failed_point(error)})
-                break
-            columns = bandwidth_columns(op, world, size, timed)
-            rows.append({**row, **columns, "status": "ok"})
-            if columns["median_s"] * facts.reps > limit:
-                notes.append(f"collective {op}: sizes above {size} B left out, one sample took over {limit:g} s")
-                break
-    return rows
+
+    def timed_point(op: str, size: int) -> Samples:
+        run = operation(op, size, torch_dtype, itemsize, world, facts.reps)
+        return sample(run, facts.backend, spec.sweep, reps=facts.reps)
+
+    def measured(op: str, size: int, timed: Samples) -> dict[str, Any]:
+        return bandwidth_columns(op, world, size, timed)
+
+    return walk_sizes(SPMD_COLLECTIVES, spec, facts, notes, timed_point, measured)
