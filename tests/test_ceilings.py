@@ -90,7 +90,10 @@ def test_show_lists_ceilings_beside_the_datasheet(cpu_store: Path) -> None:
     done = tpubench("ceilings --show --json --select kind=matmul --results", str(cpu_store))
     assert done.returncode == 0, done.stderr
     lines = json.loads(done.stdout)
-    assert [(line["kind"], line["dtype"], line["shape"]) for line in lines] == [("matmul", "float32", "128x128x128")]
+    # The ceiling is the sweep's fastest point, whichever shape that was on this host tonight.
+    matmuls = store.load_ceilings(cpu_store).query("kind == 'matmul'")
+    best = matmuls.loc[matmuls["median_rate"].idxmax()]
+    assert [(line["kind"], line["dtype"], line["shape"]) for line in lines] == [("matmul", "float32", best["shape"])]
     assert lines[0]["datasheet"] is None and lines[0]["ratio"] is None  # no CPU has a data-sheet entry
 
 
