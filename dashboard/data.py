@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -419,19 +420,72 @@ def comparison(
     of the same invocations (a backend, a workload) finds them cached.
     """
     invocations = tuple(sorted({invocation for invocation, _ in (*base_runs, *test_runs)}))
-    rows, measured = runs(results, invocations), steps(results, invocations, None, "measure", COMPARED_STEPS)
-    sides = []
-    for chosen in (base_runs, test_runs):
-        ids = [run_id for _, run_id in chosen]
-        sides.append((rows.frame[rows.frame["run_id"].isin(ids)], measured.frame[measured.frame["run_id"].isin(ids)]))
-    skipped = (*rows.skipped, *measured.skipped)
-    (base, base_steps), (test, test_steps) = sides
+    rows = runs(results, invocations)
+    base, test = (
+        rows.frame[rows.frame["run_id"].isin([run_id for _, run_id in chosen])] for chosen in (base_runs, test_runs)
+    )
     keys = compare.pair_keys(base, test)
-    frame = compare.compare_runs(base, test, base_steps, test_steps, compare.Settings(statistic=statistic), keys)
+    samples = _Samples(results, invocations)
+    frame, skipped = [], list(rows.skipped)
+    for pair in compare.pairs(base, test, keys):
+        pair_rows, pair_skipped = _compared_pair(
+            results, statistic, tuple(keys), *pair.run_ids(), _pair=pair, _samples=samples
+        )
+        frame.extend(pair_rows)
+        skipped.extend(name for name in pair_skipped if name not in skipped)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
     if not set(compare.SIDE_KEYS) <= set(keys):
         cross = compare.cross_backend(with_attained(results, base), with_attained(results, test), load_prices())
-    return Comparison(frame, cross, tuple(keys), summary_table(base), summary_table(test), skipped)
+    return Comparison(
+        pd.DataFrame(frame, columns=compare.COLUMNS),
+        cross,
+        tuple(keys),
+        summary_table(base),
+        summary_table(test),
+        tuple(skipped),
+    )
+
+
+class _Samples(Mapping[str, pd.DataFrame]):
+    """The measured samples of a comparison's runs by run id, read on first use: a comparison
+    whose pairs all come from the cache (a filter that only hid some) reads no steps."""
+
+    def __init__(self, results: str, invocations: tuple[str, ...]) -> None:
+        self.results, self.invocations = results, invocations
+        self.skipped: tuple[str, ...] = ()
+        self._by_run: dict[str, pd.DataFrame] | None = None
+
+    def _read(self) -> dict[str, pd.DataFrame]:
+        if self._by_run is None:
+            measured = steps(self.results, self.invocations, None, "measure", COMPARED_STEPS)
+            self._by_run, self.skipped = compare.samples_by_run(measured.frame), measured.skipped
+        return self._by_run
+
+    def __getitem__(self, run_id: str) -> pd.DataFrame:
+        return self._read()[run_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _compared_pair(
+    results: str,
+    statistic: str,
+    keys: tuple[str, ...],
+    base_ids: tuple[str, ...],
+    test_ids: tuple[str, ...],
+    _pair: compare.Pair,
+    _samples: _Samples,
+) -> tuple[list[dict], tuple[str, ...]]:
+    """One configuration's rows of a comparison and the steps files skipped reading them,
+    cached by its runs on each side (which fix its rows: :func:`compare.compare_pair`), so that
+    a sidebar filter that hides some configurations recomputes none of the others' bootstraps."""
+    rows = compare.compare_pair(_pair, list(keys), _samples, compare.Settings(statistic=statistic))
+    return rows, _samples.skipped
 
 
 def trend_columns(metric: str) -> tuple[str, ...]:

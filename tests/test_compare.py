@@ -347,10 +347,27 @@ def test_backend_pairs_only_when_the_selections_share_one():
 
 
 def test_run_level_metrics_need_an_absolute_change_too():
+    metric = next(m for m in compare.METRICS if m.name == "peak_mem")
+    mib = 2**20
+    assert compare.run_verdict(np.array([1.0]), np.array([3.0]), metric)["verdict"] == "unchanged"  # +200%, 2 bytes
+    assert compare.run_verdict(np.array([100.0 * mib]), np.array([200.0 * mib]), metric)["verdict"] == "regressed"
+    assert compare.run_verdict(np.array([]), np.array([200.0 * mib]), metric) is None
+
+
+def test_a_timed_run_level_metric_needs_runs_a_side_and_a_rank_test():
+    """One cold first step on a busy host is seconds slower: from one run a side it is never a
+    regression (nor unchanged); over five runs a side that all moved, it is."""
     metric = next(m for m in compare.METRICS if m.name == "first_step")
-    assert compare.run_verdict(np.array([0.01]), np.array([0.03]), metric)["verdict"] == "unchanged"  # +200%, 20 ms
-    assert compare.run_verdict(np.array([10.0]), np.array([20.0]), metric)["verdict"] == "regressed"
-    assert compare.run_verdict(np.array([]), np.array([20.0]), metric) is None
+    one = compare.run_verdict(np.array([10.0]), np.array([20.0]), metric)
+    assert one["verdict"] == "inconclusive" and "a timing needs 5 runs a side" in one["reason"]
+    assert compare.run_verdict(np.array([10.0]), np.array([10.5]), metric)["verdict"] == "inconclusive"
+    base, slower = np.array([10.0, 10.2, 9.9, 10.1, 10.3]), np.array([20.0, 20.4, 19.8, 20.1, 20.6])
+    regressed = compare.run_verdict(base, slower, metric)
+    assert regressed["verdict"] == "regressed" and regressed["p_value"] < 0.01
+    overlapping = np.array([10.0, 10.1, 30.0, 31.0, 32.0])  # three slow runs of five: the host, or the code
+    assert compare.run_verdict(base, overlapping, metric)["verdict"] == "inconclusive"
+    assert compare.run_verdict(base, base + 0.1, metric)["verdict"] == "unchanged"
+    assert compare.run_verdict(np.array([0.01] * 5), np.array([0.03] * 5), metric)["verdict"] == "unchanged"  # 20 ms
 
 
 def test_cross_backend_speedup_mfu_and_tokens_per_dollar():
@@ -744,3 +761,21 @@ def test_the_rank_test_gives_scipys_p_values(ties):
         rows_test, rows_base = rng.normal(0.3, 1, (50, n_test)), rng.normal(0, 1, (50, n_base))
         expected = stats.mannwhitneyu(rows_test, rows_base, axis=1, method="auto").pvalue
         assert mann_whitney_p(rows_test, rows_base) == pytest.approx(expected, abs=1e-12)
+
+
+def test_one_frame_of_both_sides_steps_counts_each_sample_once():
+    """The nightly's creep check reads both nights' steps as one frame and passes it as both
+    sides'; each sample must count once, as with each side's own frame (twice over, the
+    bootstrap and the rank tests would see twice the evidence)."""
+    base, test = side("a", [10.0, 10.4, 9.7, 10.1, 10.3], spread=0.05), side("b", [10.5, 10.9, 10.2, 10.6, 10.8])
+    apart = compared(base, test)
+    together = steps_frame(base[1] + test[1])
+    frame = compare.compare_runs(runs_frame(base[0]), runs_frame(test[0]), together, together, compare.Settings())
+    pd.testing.assert_frame_equal(frame, apart)
+    doubled = compare.compare_runs(
+        runs_frame(base[0]), runs_frame(test[0]), together, together.copy(), compare.Settings()
+    )  # two frames of the same rows: the old behaviour, which this guards against
+    assert (
+        step_row(doubled)["ci_high"] - step_row(doubled)["ci_low"]
+        < step_row(apart)["ci_high"] - step_row(apart)["ci_low"]
+    )

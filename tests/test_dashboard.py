@@ -25,6 +25,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import RESULTS_ENV, STORE_SEPARATOR, catalog, data
 from tpubench import store
+from tpubench.analysis import compare
 
 APP = ROOT / "dashboard" / "app.py"
 TINY = "--workload gpt2 --size tiny --backend cpu --steps 5 --warmup 1"
@@ -163,7 +164,24 @@ def test_compare_gives_the_verdicts_of_tpubench_compare(serve, results: Path) ->
     assert "**Inconclusive** (no regression shown" in texts(app) and "No regression" not in texts(app)
     assert charts(app) == 2  # each side's step time, and the change with its CI
     app.toggle(key="all").set_value(True).run()
-    assert "peak_mem (MiB)" in set(frames(app)[-1]["metric"])
+    every = frames(app)[-1]
+    assert "peak_mem (MiB)" in set(every["metric"])
+    # the library's comparison of the same two invocations, row for row
+    runs, steps = store.load_runs(results), store.load_steps(results)
+    sides = [runs[runs["invocation_id"] == night] for night in (nights.iloc[1], nights.iloc[0])]
+    expected = compare.compare_runs(*sides, steps, steps)
+    assert sorted(zip(every["metric"].str.split(" ").str[0], every["verdict"], every["p"].fillna(-1), strict=True)) == (
+        sorted(zip(expected["metric"], expected["verdict"], expected["p_value"].fillna(-1), strict=True))
+    )
+    # a filter that hides a configuration leaves the other's rows as they were (their bootstraps
+    # come from the cache kept per configuration, so they had better be the same rows)
+    app.sidebar.multiselect(key="mode").set_value(["train"]).run()
+    train = frames(app)[-1]
+    assert set(train["configuration"]) == {c for c in every["configuration"] if " train " in f" {c} "}
+    pd.testing.assert_frame_equal(
+        train.reset_index(drop=True), every[every["configuration"].isin(train["configuration"])].reset_index(drop=True)
+    )
+    app.sidebar.multiselect(key="mode").set_value([]).run()
     app.radio(key="how").set_value("backends").run()
     # a GPU is the baseline where there is one
     assert app.selectbox(key="base_backend").value == "cuda" and app.selectbox(key="test_backend").value == "cpu"

@@ -85,6 +85,9 @@ class Metric:
     column: str
     min_delta: float = 0.0  # and an absolute change of at least this much, in ``unit``
     scale: float = 1.0  # column value x scale = value in ``unit``
+    #: a time a busy host stretches (a run's cold first step, its compile), not a count: one
+    #: value a run decides nothing, so a verdict needs runs on each side and a rank test
+    timed: bool = False
 
 
 #: the default step-time threshold: a verdict needs at least this change
@@ -98,8 +101,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("ttft", "TTFT", "ms", "lower", STEP_THRESHOLD, "sampled", "ttft_ms"),
     Metric("tpot", "TPOT", "ms", "lower", STEP_THRESHOLD, "sampled", "tpot_ms"),
     # one cold compile per run, which varies far more than a step: looser, and 1 s at least
-    Metric("first_step", "first step", "s", "lower", 0.5, "run", "first_step_s", min_delta=1.0),
-    Metric("compile", "compile time", "s", "lower", 0.5, "run", "compile_s", min_delta=1.0),
+    Metric("first_step", "first step", "s", "lower", 0.5, "run", "first_step_s", min_delta=1.0, timed=True),
+    Metric("compile", "compile time", "s", "lower", 0.5, "run", "compile_s", min_delta=1.0, timed=True),
     Metric("peak_mem", "peak memory", "MiB", "lower", 0.10, "run", "peak_mem_bytes", min_delta=32.0, scale=2**-20),
     # the peak's parts (tpubench.memory): counted exactly, so a change is the model's or the plan's
     *(
@@ -202,6 +205,61 @@ def _sides(runs: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFram
     return list(_groups(runs, rest).items()) if rest else [((), runs)]
 
 
+@dataclass(frozen=True)
+class Pair:
+    """One configuration of a comparison: its key values and its runs on each side (None on a
+    side that did not run it: an unpaired configuration)."""
+
+    identity: dict[str, Any]
+    base: pd.DataFrame | None
+    test: pd.DataFrame | None
+
+    def run_ids(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Each side's run ids, sorted: what the pair's rows depend on, so a cache can key on them."""
+        ids = lambda side: () if side is None else tuple(sorted(side["run_id"]))  # noqa: E731
+        return ids(self.base), ids(self.test)
+
+
+def pairs(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, keys: list[str]) -> list[Pair]:
+    """The configurations of two selections, paired on ``keys``, in the order
+    :func:`compare_runs` reports them; runs that measured nothing are left out."""
+    baseline_runs, candidate_runs = configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs))
+    base_groups, test_groups = _groups(baseline_runs, keys), _groups(candidate_runs, keys)
+    return [
+        Pair(dict(zip(keys, key, strict=True)), base_groups.get(key), test_groups.get(key))
+        for key in sorted(set(base_groups) | set(test_groups), key=lambda k: tuple(str(v) for v in k))
+    ]
+
+
+def samples_by_run(steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Each run's measured samples (a multi-rank run's are its job's: :func:`job_steps`)."""
+    steps = job_steps(steps)
+    steps = steps[steps["phase"] == "measure"]
+    return {run_id: group for run_id, group in steps.groupby("run_id")}
+
+
+def compare_pair(
+    pair: Pair,
+    keys: list[str],
+    samples: Mapping[str, pd.DataFrame],
+    settings: Settings,
+    compiles: pd.DataFrame | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of :func:`compare_runs` for one configuration. A pair's rows depend on its own
+    runs and samples only (each verdict seeds its own generator), so a reader that compares
+    overlapping selections (the dashboard, as its filters change) can reuse them."""
+    if pair.base is None or pair.test is None:
+        present = pair.base if pair.test is None else pair.test
+        missing = "candidate" if pair.test is None else "baseline"
+        return [_unpaired(pair.identity, side, missing) for _, side in _sides(present, keys)]
+    return [
+        row
+        for _, base_side in _sides(pair.base, keys)
+        for _, test_side in _sides(pair.test, keys)
+        for row in _compare_pair(pair.identity, base_side, test_side, samples, settings, compiles)
+    ]
+
+
 def compare_runs(
     baseline_runs: pd.DataFrame,
     candidate_runs: pd.DataFrame,
@@ -217,29 +275,24 @@ def compare_runs(
     side (repeats) are pooled. A configuration on one side only gives an ``unpaired`` row, so
     nothing is left out silently. Runs that measured nothing (unavailable, skipped) are left
     out. The steps frames are :func:`tpubench.store.load_steps` rows (phase ``measure`` is used;
-    a multi-rank run's samples are its job's, per step the slowest rank's: :func:`job_steps`).
-    ``compiles`` (the candidate runs' rows of the compiles table, when captured) lets a
-    compile regression name its cause and source line. Columns: :data:`COLUMNS`.
+    a multi-rank run's samples are its job's, per step the slowest rank's: :func:`job_steps`);
+    one frame holding both sides' steps may be passed as both. ``compiles`` (the candidate
+    runs' rows of the compiles table, when captured) lets a compile regression name its cause
+    and source line. Columns: :data:`COLUMNS`.
     """
     settings = settings or Settings()
-    baseline_runs, candidate_runs = configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs))
-    keys = keys or pair_keys(baseline_runs, candidate_runs)
-    steps = job_steps(pd.concat([baseline_steps, candidate_steps], ignore_index=True))
-    steps = steps[steps["phase"] == "measure"]
-    samples = {run_id: group for run_id, group in steps.groupby("run_id")}
-    base_groups, test_groups = _groups(baseline_runs, keys), _groups(candidate_runs, keys)
-    rows: list[dict[str, Any]] = []
-    for key in sorted(set(base_groups) | set(test_groups), key=lambda k: tuple(str(v) for v in k)):
-        identity = dict(zip(keys, key, strict=True))
-        base, test = base_groups.get(key), test_groups.get(key)
-        if base is None or test is None:
-            present = base if test is None else test
-            for _, side in _sides(present, keys):
-                rows.append(_unpaired(identity, side, missing="candidate" if test is None else "baseline"))
-            continue
-        for _, base_side in _sides(base, keys):
-            for _, test_side in _sides(test, keys):
-                rows.extend(_compare_pair(identity, base_side, test_side, samples, settings, compiles))
+    keys = keys or pair_keys(configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs)))
+    # one store's steps, passed as both sides' (the nightly's creep check does), count once:
+    # twice over, every sample would be drawn twice and the tests would see twice the evidence
+    same = baseline_steps is candidate_steps
+    samples = samples_by_run(
+        baseline_steps if same else pd.concat([baseline_steps, candidate_steps], ignore_index=True)
+    )
+    rows = [
+        row
+        for pair in pairs(baseline_runs, candidate_runs, keys)
+        for row in compare_pair(pair, keys, samples, settings, compiles)
+    ]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -375,7 +428,7 @@ def _metric_rows(
             if found is None:
                 continue
         else:
-            found = run_verdict(_run_values(base_ok, metric), _run_values(test_ok, metric), metric)
+            found = run_verdict(_run_values(base_ok, metric), _run_values(test_ok, metric), metric, settings)
             if found is None:
                 continue
         rows.append({**common, **found})
@@ -755,12 +808,20 @@ def _throughput(base: pd.DataFrame, test: pd.DataFrame, step: dict[str, Any], me
     return found
 
 
-def run_verdict(base: np.ndarray, test: np.ndarray, metric: Metric) -> dict[str, Any] | None:
+def run_verdict(
+    base: np.ndarray, test: np.ndarray, metric: Metric, settings: Settings | None = None
+) -> dict[str, Any] | None:
     """Verdict for a quantity measured once per run (first step, compile time, peak memory).
 
     One value per run allows no test on samples, so the threshold is looser and an absolute
-    change is required too. None when either side lacks the quantity (compile time of eager).
+    change is required too. A timed quantity (:attr:`Metric.timed`) decides nothing from a
+    few runs: one cold start on a busy host is seconds slower, so a change beyond the
+    thresholds is a regression only over :attr:`Settings.min_runs` runs a side with a
+    Mann-Whitney p below :attr:`Settings.alpha`, and inconclusive otherwise; so is a change
+    within them over fewer runs (unchanged is shown, not assumed). None when either side
+    lacks the quantity (compile time of eager).
     """
+    settings = settings or Settings()
     if not base.size or not test.size:
         return None
     base_value, test_value = float(np.median(base)), float(np.median(test))
@@ -775,7 +836,23 @@ def run_verdict(base: np.ndarray, test: np.ndarray, metric: Metric) -> dict[str,
     beyond = (ratio >= 1 + metric.threshold or ratio <= 1 / (1 + metric.threshold)) and delta >= metric.min_delta
     text = f"{metric.label} {base_value:.3g} -> {test_value:.3g} {metric.unit} ({_percent(ratio)})"
     limits = f"the {100 * metric.threshold:g}% and {metric.min_delta:g} {metric.unit} thresholds"
-    if beyond:
+    if metric.timed and min(base.size, test.size) < settings.min_runs:
+        where = "beyond" if beyond else "within"
+        found.update(
+            verdict="inconclusive",
+            reason=f"{text}, {where} {limits}, but {base.size} and {test.size} run(s) cannot tell a change from a "
+            f"busy host's noise: a timing needs {settings.min_runs} runs a side",
+        )
+    elif metric.timed and beyond:
+        p = float(mann_whitney_p(test, base))
+        found["p_value"] = p
+        decided = p < settings.alpha
+        found.update(
+            verdict=("regressed" if _worse(metric, ratio) else "improved") if decided else "inconclusive",
+            reason=f"{text}, beyond {limits}, Mann-Whitney p {p:.2g} over the runs"
+            + ("" if decided else f" (not below {settings.alpha:g}: the runs overlap)"),
+        )
+    elif beyond:
         found.update(
             verdict="regressed" if _worse(metric, ratio) else "improved",
             reason=f"{text}, beyond {limits} (one value per run: no test)",
