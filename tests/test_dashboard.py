@@ -406,11 +406,14 @@ def test_a_stale_link_falls_back_and_says_so(serve, results: Path) -> None:
     assert app.selectbox(key="run").value in set(runs_of(results)["run_id"])
 
 
-@pytest.mark.slow
-def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(serve, tmp_path: Path) -> None:
+def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(
+    serve, tmp_path: Path, compile_workloads: None
+) -> None:
+    """A real cpu-compile run of ``compile-clean`` (tests/compile_workloads.py: a Linear and a
+    ReLU, which Inductor compiles in a fraction of gpt2's 50 CPU-seconds)."""
     results = tmp_path / "results"
     done = tpubench(
-        f"run {TINY} --backend cpu-compile --mode infer --batch-size 2 --seq-len 32 --results", str(results)
+        "run --workload compile-clean --backend cpu-compile --mode infer --steps 5 --warmup 1 --results", str(results)
     )
     assert done.returncode == 0, done.stderr
     app = serve(results, "Compilation")

@@ -18,15 +18,15 @@ import workloads
 from tpubench import store
 
 
-@pytest.mark.slow
+# real sizes only: at tiny sizes the allocator's own overhead is most of the peak and no
+# estimate is tight (llama3 tiny: 5x). Each builds a real model (llama3 1b: 60 s on CI's 2
+# cores), so both are nightly; CI checks the estimate's parts on tiny sizes (test_memory_breakdown.py)
+@pytest.mark.nightly
 @pytest.mark.parametrize(
     "args",
     [
         "--workload llama3 --size 1b --dtype bfloat16 --mode infer --batch-size 1 --seq-len 16",
-        # a real size's training peak (40 CPU-s): nightly; CI keeps the bfloat16 case above
-        pytest.param(
-            "--workload gpt2 --size 124m --mode train --batch-size 2 --seq-len 128", marks=pytest.mark.nightly
-        ),
+        "--workload gpt2 --size 124m --mode train --batch-size 2 --seq-len 128",
     ],
 )
 def test_the_estimate_covers_the_real_peak_and_is_tight(results_dir: Path, args: str) -> None:
