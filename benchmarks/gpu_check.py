@@ -21,7 +21,12 @@ activations the peak leaves, torch.profiler's categories against the counted par
 NVML energy columns (``energy_source`` must be ``nvml_counter``; it needs nvidia-ml-py, the
 ``[gpu]`` extra, in the device image: without it the row says ``none`` and why).
 
-``--export`` writes the store's two tables as flat ``runs.parquet`` and ``steps.parquet``,
+Then the ceilings (``--only-ceilings`` runs them alone): ``tpubench ceilings --backend cuda
+--backend cuda-compile`` for bfloat16, float16, tf32 and fp8 through the real CLI, printing each
+matmul ceiling beside the data sheet, and the bfloat16 one beside mamf-finder's published best
+on an H100 SXM (794.5 of 989 TFLOP/s, 80% of the sheet).
+
+``--export`` writes the store's tables as flat ``runs.parquet`` and ``steps.parquet``,
 and the traces gzipped, into a folder: the device tool returns no folder whose name has
 an ``=``, which the store's date partitions have. On the H200 the whole plan took about
 440 s.
@@ -33,6 +38,7 @@ import argparse
 import gzip
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +64,11 @@ PLAN = [
 
 PROFILED = ("gpt2", "124m", "cuda")
 PROFILE_STEPS = 3
+#: the ceilings check: both CUDA backends, each tensor-core dtype of an H100/H200
+CEILING_BACKENDS = ("cuda", "cuda-compile")
+CEILING_DTYPES = ("bfloat16", "float16", "tf32", "fp8")
+#: mamf-finder's best bfloat16 matmul on an H100 SXM over its data sheet (stas00/ml-engineering)
+MAMF_FINDER_SHARE = 794.5 / 989
 #: the persistent-cache check: (workload, size, backend), each run twice with one --compile-cache
 CACHE_CHECK = [("gpt2", "tiny", "cuda-compile"), ("gpt2", "tiny", "xla")]
 
@@ -71,6 +82,7 @@ def export(results: Path, out: Path) -> None:
     store.load_steps(results).to_parquet(out / "steps.parquet")
     store.load_compiles(results).to_parquet(out / "compiles.parquet")
     store.load_memory(results).to_parquet(out / "memory.parquet")
+    store.load_ceilings(results).to_parquet(out / "ceilings.parquet")
     for trace in (results / "traces").glob("*/trace.json"):
         with open(trace, "rb") as source, gzip.open(out / f"trace-{trace.parent.name}.json.gz", "wb") as target:
             shutil.copyfileobj(source, target)
@@ -137,6 +149,34 @@ def memory_energy_check(results: Path, steps: int) -> None:
         print(f"energy check: {energy}; notes: {row.get('warnings')}", flush=True)
 
 
+def ceilings_check(results: Path, timeout_s: float) -> None:
+    """``tpubench ceilings`` on both CUDA backends through the real CLI, then each matmul
+    ceiling beside the data sheet, and bfloat16's beside mamf-finder's share of it."""
+    import pandas as pd
+
+    from tpubench import store
+    from tpubench.analysis import ceilings
+
+    command = [sys.executable, "-m", "tpubench", "ceilings", "--results", str(results), "--tag", "check=gpu"]
+    command += [flag for backend in CEILING_BACKENDS for flag in ("--backend", backend)]
+    command += [flag for dtype in CEILING_DTYPES for flag in ("--dtype", dtype)]
+    print(f"ceilings check: {' '.join(command[1:])}", flush=True)
+    try:
+        done = subprocess.run(command, timeout=timeout_s, check=False)
+        print(f"ceilings check: exit {done.returncode}", flush=True)
+    except subprocess.TimeoutExpired:
+        print(f"ceilings check: still running after {timeout_s:.0f} s; what finished was stored", flush=True)
+    lines = ceilings.summary(store.load_ceilings(results))
+    for line in lines[lines["kind"] == "matmul"].to_dict("records"):
+        ratio = f"{line['ratio']:.1%} of the data sheet" if pd.notna(line["ratio"]) else "no data-sheet entry"
+        print(
+            f"ceiling {line['backend']} {line['dtype']}: {line['median_rate'] / 1e12:,.1f} TFLOP/s median "
+            f"(max {line['max_rate'] / 1e12:,.1f}) at {line['shape']}, {ratio}"
+            + (f"; mamf-finder's H100 SXM: {MAMF_FINDER_SHARE:.1%}" if line["dtype"] == "bfloat16" else ""),
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, required=True)
@@ -145,6 +185,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--only-cache-check", action="store_true", help="run only the persistent-cache check")
     parser.add_argument("--only-memory-energy-check", action="store_true", help="run only the memory/energy check")
+    parser.add_argument("--only-ceilings", action="store_true", help="run only tpubench ceilings on cuda")
     parser.add_argument("--xla-python", help="a torch_xla interpreter: adds xla (PJRT_DEVICE=CUDA) to the cache check")
     args = parser.parse_args()
 
@@ -152,8 +193,11 @@ def main() -> None:
 
     started = time.monotonic()
     runner = SuiteRunner(args.results, tags={"check": "gpu"})
-    if args.only_memory_energy_check:
-        memory_energy_check(args.results, args.steps)
+    if args.only_memory_energy_check or args.only_ceilings:
+        if args.only_memory_energy_check:
+            memory_energy_check(args.results, args.steps)
+        if args.only_ceilings:
+            ceilings_check(args.results, args.budget_s)
         if args.export:
             export(args.results, args.export)
         return
@@ -185,6 +229,9 @@ def main() -> None:
         cache_check(args.results, args.xla_python)
     if time.monotonic() - started < args.budget_s and not args.only_cache_check:
         memory_energy_check(args.results, args.steps)
+    left = args.budget_s - (time.monotonic() - started)
+    if left > 0 and not args.only_cache_check:
+        ceilings_check(args.results, left)
     if args.export and args.results.is_dir():  # nothing ran: nothing to export
         export(args.results, args.export)
 
