@@ -50,7 +50,7 @@ def build(path: Path) -> list[str]:
         writer = store.InvocationWriter(path, invocation, started)
         rows: dict[str, list[dict]] = {"runs": [], "steps": []}
         for index, config in enumerate(nightly_configs()):
-            run, steps, _ = run_row(config, night, started + timedelta(minutes=index), rng)
+            run, steps, _, _ = run_row(config, night, started + timedelta(minutes=index), rng)  # and ops, compiles
             for item in (run, *steps):
                 item["invocation_id"] = invocation
             rows["runs"].append(run)
