@@ -281,7 +281,7 @@ def compare_runs(
     and source line. Columns: :data:`COLUMNS`.
     """
     settings = settings or Settings()
-    keys = keys or pair_keys(configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs)))
+    keys = keys or pair_keys(_timed(baseline_runs), _timed(candidate_runs))  # backend and device: as stored
     # one store's steps, passed as both sides' (the nightly's creep check does), count once:
     # twice over, every sample would be drawn twice and the tests would see twice the evidence
     same = baseline_steps is candidate_steps
