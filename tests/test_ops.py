@@ -66,13 +66,14 @@ def compile_run(results: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def xla_run(results: Path) -> dict:
-    """gpt2 tiny train on torch_xla's PJRT CPU device (the xla environment; skips without it)."""
+    """gpt2 tiny infer on torch_xla's PJRT CPU device (the xla environment; skips without it):
+    the readers need an HLO trace, not a backward, and infer compiles in half train's time."""
     python = os.environ.get("TPUBENCH_XLA_PYTHON")
     if not python or not os.access(python, os.X_OK):
         pytest.skip("TPUBENCH_XLA_PYTHON does not name a torch_xla interpreter (see .ci/run)")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PJRT_DEVICE", "CPU")
-        return profiled(results, "xla", pythons={"xla": python})
+        return profiled(results, "xla", mode="infer", pythons={"xla": python})
 
 
 def xplane_of(run: dict) -> Path:
