@@ -19,10 +19,12 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session", autouse=True)
-def session_device_locks(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Device locks of this test session only: another tpubench on the host must not make
-    the tests wait (the lock tests set their own directory)."""
+def session_locks_and_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Device locks and a cache of this test session only: another tpubench on the host must
+    not make the tests wait (the lock tests set their own directory), and no test writes to
+    the user's ~/.cache."""
     os.environ["TPUBENCH_LOCK_DIR"] = str(tmp_path_factory.mktemp("locks"))
+    os.environ["TPUBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # tpubench list's counts
 
 
 @pytest.fixture

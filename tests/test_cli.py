@@ -35,6 +35,34 @@ def test_list_table_and_suite_filter() -> None:
     assert result.returncode == 0 and "llama3" in result.stdout and "1.5b" in result.stdout
 
 
+def test_list_keeps_the_built_ins_counts_for_their_source_and_counts_again_otherwise(tmp_path: Path) -> None:
+    """Counting every size on the meta device was most of `list`'s time beyond importing torch:
+    the built-ins' counts are kept, and used only for the source and torch they were counted
+    with; another key, or a file that cannot be read, is counted over."""
+    env = {"TPUBENCH_CACHE_DIR": str(tmp_path)}
+    kept_at = tmp_path / "param-counts.json"
+
+    def counts() -> dict[str, int]:
+        listed = json.loads(in_process("list --json", env=env).stdout)
+        return {
+            f"{w['name']}/{d['size']}": d["params"]
+            for w in listed
+            if w["source"] == "built-in"
+            for d in w["size_details"]
+        }
+
+    counted = counts()
+    kept = json.loads(kept_at.read_text())
+    assert kept["counts"] == counted and counted["gpt2/124m"] == 124_439_808  # every built-in size, as counted
+    kept["counts"]["gpt2/124m"] = 1
+    kept_at.write_text(json.dumps(kept))
+    assert counts()["gpt2/124m"] == 1  # a kept count is what list shows, for the same key
+    kept_at.write_text(json.dumps({**kept, "key": "another source"}))
+    assert counts() == counted and json.loads(kept_at.read_text())["counts"] == counted
+    kept_at.write_text("{not json")
+    assert counts() == counted and json.loads(kept_at.read_text())["key"] == kept["key"]
+
+
 def test_env_marks_each_backend_available_or_says_why() -> None:
     result = tpubench("env", "--json")
     assert result.returncode == 0, result.stderr

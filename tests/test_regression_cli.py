@@ -319,10 +319,14 @@ def test_commands_that_read_a_store_never_import_torch(two_sides, tmp_path, line
     assert "tpubench.cli" in imported and "torch" not in imported
 
 
-def _imported(argv: list[str]) -> set[str]:
+def _imported(argv: list[str], env: dict[str, str] | None = None) -> set[str]:
     """The modules a ``python -X importtime -m tpubench`` process imported (it must exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "tpubench", *argv], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-X", "importtime", "-m", "tpubench", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return {row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")}
@@ -339,10 +343,11 @@ def test_version_and_compare_import_neither_torch_nor_scipy(two_sides):
     assert "tpubench.analysis.compare" in compared and not compared & {"torch", "scipy", "ruptures", "streamlit", "ray"}
 
 
-def test_list_counts_parameters_without_importing_dynamo():
-    """``tpubench list`` builds each size on the meta device to count its parameters; computing
-    on meta tensors runs torch's Python references, which import torch._dynamo (6 s here)."""
-    imported = _imported(["list", "--json"])
+def test_list_counts_parameters_without_importing_dynamo(tmp_path):
+    """``tpubench list`` builds each size on the meta device to count its parameters (here with
+    no counts kept yet); computing on meta tensors runs torch's Python references, which
+    import torch._dynamo (6 s here)."""
+    imported = _imported(["list", "--json"], env={"TPUBENCH_CACHE_DIR": str(tmp_path)})
     assert "torch" in imported and "torch._dynamo" not in imported
 
 

@@ -400,7 +400,7 @@ def _metric_rows(
 ) -> list[dict[str, Any]]:
     """One row per measured metric of a pair whose sides both have ok runs."""
     rows: list[dict[str, Any]] = []
-    busy = int((pd.concat([base_ok, test_ok])["host_other_cpu_share"] > BUSY_SHARE).sum())
+    busy = sum(int((side["host_other_cpu_share"] > BUSY_SHARE).sum()) for side in (base_ok, test_ok))
     step_row: dict[str, Any] | None = None
     for metric in (settings.metric(m) for m in METRICS):
         common = {
