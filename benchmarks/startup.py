@@ -2,8 +2,9 @@
 
 Each command runs as a user runs it (``python -m tpubench ...`` in a fresh process), ``--repeat``
 times; the table gives the median wall time of each next to ``python -c pass`` (the
-interpreter) and ``python -c "import torch"`` (what any command that touches a model pays), so
-a figure reads against what it cannot beat. The store is synthetic, written through the real
+interpreter), ``python -c "import torch"`` (what any command that touches a model pays) and
+the read libraries' imports (pandas, pyarrow.parquet, typer and rich: what any command that
+reads a store pays), so a figure reads against what it cannot beat. The store is synthetic, written through the real
 writer (:mod:`benchmarks.dashboard_speed`'s nights): 4 nights of 25 runs, 100 runs with their
 steps; ``compare`` compares the last night with the one before.
 
@@ -88,6 +89,8 @@ def main() -> None:
     commands = {
         'python -c pass': [*python, "-c", "pass"],
         'python -c "import torch"': [*python, "-c", "import torch"],
+        # what a command that reads a store cannot do without: its table library, parquet, the CLI
+        "python -c <read libraries>": [*python, "-c", "import pandas, pyarrow.parquet, typer, rich.table"],
         "tpubench --version": [*tpubench, "--version"],
         "tpubench list": [*tpubench, "list"],
         "tpubench env": [*tpubench, "env"],
@@ -111,8 +114,11 @@ def main() -> None:
             continue
         over_python = seconds - floor["python -c pass"]
         over_torch = seconds - floor['python -c "import torch"']
+        over_reading = seconds - floor["python -c <read libraries>"]
         print(
-            f"{name:<30} {seconds:6.2f} s  (python +{over_python:.2f} s, import torch {over_torch:+.2f} s)", flush=True
+            f"{name:<30} {seconds:6.2f} s  (python +{over_python:.2f} s, import torch {over_torch:+.2f} s, "
+            f"read libraries {over_reading:+.2f} s)",
+            flush=True,
         )
     print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
 

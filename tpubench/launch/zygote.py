@@ -136,41 +136,9 @@ def close_all() -> None:
 
 
 def _preload() -> None:
-    """Import what every worker imports, and Dynamo, which most workers import on their first
-    step: torch.optim's and FlopCounterMode's first calls do (1.8-3 s on 2 cores), so every
-    train, decode, compiled and own-model run paid for it again. Imports only; a failure here
-    is left for the child to report.
-
-    Importing Dynamo makes Inductor's default cache folder under the temporary directory
-    (``torch._dynamo.package``): here that is a folder of the zygote's own, removed at once,
-    and each child points that cache at its own run's folder (:func:`_own_dynamo_cache`)."""
+    """Import what every worker imports. A failure here is left for the child to report."""
     with contextlib.suppress(Exception):
         import tpubench.launch.serve  # noqa: F401
-    scratch = tempfile.mkdtemp(prefix="tpubench-zygote-")
-    before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = scratch
-    tempfile.tempdir = None
-    try:
-        with contextlib.suppress(Exception):
-            import torch._dynamo  # noqa: F401
-    finally:
-        if before is None:
-            os.environ.pop("TMPDIR")
-        else:
-            os.environ["TMPDIR"] = before
-        tempfile.tempdir = None
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _own_dynamo_cache() -> None:
-    """Dynamo's on-disk package cache where a fresh interpreter of this run would have it (under
-    the run's TMPDIR or its TORCHINDUCTOR_CACHE_DIR), not where the zygote imported it."""
-    package = sys.modules.get("torch._dynamo.package")
-    if package is None or not hasattr(package, "DiskDynamoCache"):
-        return
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    package.DynamoCache = package.DiskDynamoCache(os.path.join(cache_dir(), "dynamo"))
 
 
 def _child(message: dict[str, Any], fds: list[int], inherited: list[int]) -> None:
@@ -190,7 +158,6 @@ def _child(message: dict[str, Any], fds: list[int], inherited: list[int]) -> Non
         os.environ.update(message["env"])
         os.environ["TMPDIR"] = message["scratch"]
         tempfile.tempdir = None  # re-read TMPDIR: temporary files go to the run's scratch folder
-        _own_dynamo_cache()
         from tpubench.launch import serve
 
         serve.serve(message["request"], channel_fd, lifeline_fd, message["scratch"])
