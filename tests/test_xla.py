@@ -89,6 +89,8 @@ SHAPE_CHANGE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.nightly  # 26 s on the 2-core CI host; CI checks an XLA shape change in the harness in
+# test_compiles.py (test_xla_shape_change_is_a_new_graph_hash_at_the_sync_inferred)
 def test_a_new_batch_shape_adds_exactly_one_compilation(xla_python: str) -> None:
     """Same model and optimizer, batch 4 then 2: one new train-step graph, then stable again."""
     result = subprocess.run(

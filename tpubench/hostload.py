@@ -2,22 +2,19 @@
 
 Two benchmarks on one machine slow each other down (two CPU suites at once measured
 gpt2 infer 60 times slower), and nothing in the step times says so. The runner serialises
-runs per device (:mod:`tpubench.devicelock`), but other programs still compete; this
-module measures them: the share of the host's CPU time that processes other than this
-worker (and its children) used during the measured steps, from ``/proc/stat``-style
-system counters and the worker's own CPU times.
+runs per device (:mod:`tpubench.devicelock`), but other programs still compete;
+:mod:`tpubench.hostmeter` measures them (the share of the host's CPU time that processes
+other than this worker and its children used during the measured steps). This module is
+the rule that reads it: when a run counts as measured on a busy host, and the warning its
+row gets. Readers (comparisons, reports, the dashboard) import this and not the meter, so
+they do not load psutil.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import psutil
 
 #: above this share of all CPUs used by other processes, a run's row gets a warning
 BUSY_SHARE = 0.2
@@ -29,50 +26,6 @@ BUSY = "host busy: "
 class HostLoad:
     load_1m: float  # the 1-minute load average when measuring began
     other_cpu_share: float  # other processes' CPU time / (wall time x CPUs), 0..1
-
-
-def _busy_seconds() -> float:
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "guest", 0.0)
-
-
-def _own_seconds() -> float:
-    """CPU time of this run: the worker and its children; in a rank of a multi-device run,
-    every process of the run's process group, since its peer ranks are the run, not
-    competition (``TPUBENCH_RANK``: tpubench.launch.ranks)."""
-    processes = [psutil.Process()]
-    if "TPUBENCH_RANK" in os.environ:
-        group = os.getpgid(0)
-        processes = [process for process in psutil.process_iter() if _group_of(process) == group]
-    total = 0.0
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            times = process.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
-def _group_of(process: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(process.pid)
-    except OSError:
-        return None
-
-
-class HostLoadMeter:
-    """Start before the measured steps, :meth:`stop` after them."""
-
-    def __init__(self) -> None:
-        self._load = os.getloadavg()[0]
-        self._wall = time.perf_counter()
-        self._busy = _busy_seconds()
-        self._own = _own_seconds()
-
-    def stop(self) -> HostLoad:
-        wall = time.perf_counter() - self._wall
-        others = (_busy_seconds() - self._busy) - (_own_seconds() - self._own)
-        capacity = max(wall, 1e-9) * (psutil.cpu_count() or 1)
-        return HostLoad(load_1m=self._load, other_cpu_share=min(max(others / capacity, 0.0), 1.0))
 
 
 def is_busy(other_cpu_share: float | None) -> bool:

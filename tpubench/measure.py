@@ -19,7 +19,8 @@ from tpubench.backends import Backend
 from tpubench.compiles import Capture
 from tpubench.compiles.dynamo import describe_stance_error
 from tpubench.energy import Reading, Window
-from tpubench.hostload import HostLoad, HostLoadMeter
+from tpubench.hostload import HostLoad
+from tpubench.hostmeter import HostLoadMeter
 from tpubench.serving import GenerationTiming
 from tpubench.spec import RunSpec
 from workloads import Instance

@@ -14,7 +14,8 @@ import torch
 
 from tpubench.backends import get_backend
 from tpubench.ceilings import CeilingSpec, collective, device, family, latency, matmul, memory, xla_collective
-from tpubench.hostload import HostLoadMeter, busy_warning
+from tpubench.hostload import busy_warning
+from tpubench.hostmeter import HostLoadMeter
 from tpubench.warning import TpubenchWarning
 
 MEASURE = {

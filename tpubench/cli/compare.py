@@ -63,8 +63,11 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
         chosen = select_runs(runs, selector)
     except SelectorError as error:
         raise BadInput(f"{selector!r} in {results}: {error}") from error
-    steps = store.load_steps(results, run_id=list(chosen["run_id"]), phase="measure")
-    compiles = store.load_compiles(results, run_id=list(chosen["run_id"]))
+    # the chosen runs' invocations' files only (each file is one invocation's), filtered as read:
+    # a year of nights is as quick to compare as the last two
+    wanted = {"run_id": list(chosen["run_id"]), "invocation_id": sorted(set(chosen["invocation_id"]))}
+    steps = store.scan_table(results, "steps", phase="measure", **wanted)
+    compiles = store.scan_table(results, "compiles", **wanted)
     return Selection(selector, chosen, steps, compiles)
 
 
