@@ -144,10 +144,12 @@ def test_xla_matmul_and_stream_on_pjrt_cpu(xla_python: str, results_dir: Path) -
 
 
 #: nccl-tests' bus-bandwidth factor of each collective at group sizes 2 and 4, written out
-#: (all-reduce 2(n-1)/n, the others (n-1)/n) so the test checks the one definition's numbers
+#: (all-reduce 2(n-1)/n, broadcast 1, the others (n-1)/n) so the test checks the one definition's numbers
 FACTORS = {
     ("all_reduce", 2): 1.0,
     ("all_reduce", 4): 1.5,
+    ("broadcast", 2): 1.0,
+    ("broadcast", 4): 1.0,
     **{(op, n): (n - 1) / n for op in ("all_gather", "reduce_scatter", "all_to_all") for n in (2, 4)},
 }
 
@@ -157,21 +159,23 @@ def test_xla_spmd_collectives_over_virtual_devices(
     group: int, xla_python: str, results_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """torch_xla's own collectives under SPMD in one worker over CPU_NUM_DEVICES virtual
-    devices: every SPMD collective, 8 chained in one graph per sample and divided by 8, busbw
-    by nccl-tests' factors. XLA's optimised HLO (dumped by the worker) holds exactly 8 of the
-    op per graph, over the group's devices: none merged, none left out."""
+    devices: every collective, 8 chained in one graph per sample and divided by 8, busbw by
+    nccl-tests' factors. XLA's optimised HLO (dumped by the worker) holds exactly 8 of the op
+    per graph, over the group's devices: none merged, none left out. Broadcast is torch_xla's
+    (an all-reduce of the tensor scaled by 1 on the root, 0 elsewhere): 8 all-reduces, and
+    after the first every device holds the root's data."""
     dump = tmp_path / "hlo"
     monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
     runner = SuiteRunner(results_dir, pythons={"xla": xla_python})
     rows = run_ceilings(runner, [CeilingSpec("xla", "collective", devices=group, max_size=MESSAGE_MAX)])
     check_points(rows, 10)
-    ops = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")  # broadcast: no root under SPMD
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
     assert [(r["op"], r["size_bytes"], r["devices"]) for r in rows] == [(op, 1024, group) for op in ops]
     for row in rows:
         assert row["busbw_factor"] == pytest.approx(FACTORS[row["op"], group])
         assert row["bytes_per_op"] == 1024 and row["algbw_median"] == pytest.approx(1024 / row["median_s"])
         assert (row["timing"], row["reps"], row["simulated"], row["device"]) == ("xla_graph/8", 8, True, "CPU (PJRT)")
-        assert "broadcast left out" in row["warnings"]
+        assert "broadcast is torch_xla's collective_broadcast" in row["warnings"]
     graphs = []  # each compiled graph with collectives: {opcode: count}, and the sizes of its groups
     for path in dump.glob("*after_optimizations.txt"):
         text = path.read_text()
@@ -179,7 +183,8 @@ def test_xla_spmd_collectives_over_virtual_devices(
         if any(found.values()):
             sizes = {len(g.split(",")) for g in re.findall(r"replica_groups=\{\{([0-9,]+)\}\}", text)}
             graphs.append(({op: count for op, count in found.items() if count}, sizes))
-    expected = [({op.replace("_", "-"): 8}, {group}) for op in ops]
+    hlo_op = {"broadcast": "all-reduce"}  # torch_xla's broadcast is an all-reduce
+    expected = [({hlo_op.get(op, op.replace("_", "-")): 8}, {group}) for op in ops]
     assert sorted(graphs, key=str) == sorted(expected, key=str)
 
 

@@ -14,8 +14,13 @@ output; reduce-scatter: the whole input), and each operation is XLA's collective
 - ``all_to_all`` as GSPMD's resharding of an (n, n, S/n) array from dimension 0 to dimension
   1 and back, which the partitioner lowers to one all-to-all each way (torch_xla's
   ``xm.all_to_all`` has no channel, so it is cross-replica and refused under SPMD);
-- ``broadcast`` is left out: SPMD has no root device, and torch_xla's ``collective_broadcast``
-  is an all-reduce of a masked tensor, whose figure would be the all-reduce's.
+- ``broadcast`` as torch_xla runs it: ``xm.collective_broadcast`` (and ``dist.broadcast`` on
+  XLA) multiplies the tensor by a device-data scale, 1 on the root and 0 elsewhere, and
+  all-reduces it. SPMD has no root device and no per-device ordinal, so the scale is a
+  ``(n, 1)`` array sharded over the group, 1 in the root's row: in the manual-sharding region
+  each device multiplies its block by its own scale, then the all-reduce. Its rate is the
+  broadcast's (busbw factor 1, nccl-tests'), and it costs what an all-reduce costs: what a
+  torch_xla user's broadcast costs.
 
 A timed sample is :data:`~tpubench.ceilings.device.GRAPH_REPS` operations traced into one
 graph (the host's tracing and dispatch divided by their number), between the backend's
@@ -41,8 +46,10 @@ from tpubench.ceilings.collective import bandwidth_columns, walk_sizes
 from tpubench.ceilings.device import DeviceFacts
 from tpubench.ceilings.timing import Samples, sample
 
-#: the collectives XLA expresses under SPMD (broadcast has no root device there)
-SPMD_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+#: the collectives measured under SPMD, in the order of :data:`tpubench.ceilings.COLLECTIVES`
+SPMD_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+#: the root of a broadcast: the first device of the group
+ROOT = 0
 #: the mesh's one axis: the whole group
 AXIS = "group"
 
@@ -89,10 +96,17 @@ def operation(op: str, size: int, dtype: torch.dtype, itemsize: int, world: int,
     )
     whole = sharded_zeros((world * rows, columns), dtype, mesh, (AXIS, None))
     first = torch.zeros(1, dtype=torch.long).to(torch_xla.device())  # the row reduce-scatter writes into
+    # broadcast's scale, device data as collective_broadcast's is: each device's row, 1 on the root
+    scale = sharded_zeros((world, 1), dtype, mesh, (AXIS, None)) if op == "broadcast" else None
+    if scale is not None:
+        scale[ROOT] = 1
+        torch_xla.sync()
 
-    def collective(local: Any, channel: int) -> Any:
+    def collective(local: Any, channel: int, local_scale: Any) -> Any:
         if op == "all_reduce":
             return torch_xla._XLAC._xla_spmd_all_reduce(xm.REDUCE_SUM, local, 1.0, groups)
+        if op == "broadcast":  # local_scale: this device's row of the scale
+            return torch_xla._XLAC._xla_spmd_all_reduce(xm.REDUCE_SUM, local * local_scale, 1.0, groups)
         if op == "reduce_scatter":
             return torch_xla._XLAC._xla_spmd_reduce_scatter(xm.REDUCE_SUM, local, 1.0, 0, world, groups)
         return xm.all_gather(
@@ -101,10 +115,11 @@ def operation(op: str, size: int, dtype: torch.dtype, itemsize: int, world: int,
 
     def chained() -> Any:
         local = xs.enable_manual_sharding(whole, (AXIS, None), mesh=mesh).global_tensor
+        local_scale = None if scale is None else xs.enable_manual_sharding(scale, (AXIS, None), mesh=mesh).global_tensor
         output = local
         for index in range(reps):
-            output = collective(local, index + 1)
-            if op == "all_reduce":
+            output = collective(local, index + 1, local_scale)
+            if op in ("all_reduce", "broadcast"):
                 local = output
             elif op == "all_gather":
                 local = output[:, :columns]
@@ -125,8 +140,8 @@ def measure(spec: CeilingSpec, facts: DeviceFacts, notes: list[str]) -> list[dic
         raise RuntimeError(f"a group of {spec.devices} asked for, torch_xla sees {world} devices")
     torch_dtype, itemsize = getattr(torch, spec.dtypes[0]), ITEMSIZE[spec.dtypes[0]]
     notes.append(
-        "collective: broadcast left out, SPMD has no root device "
-        "(torch_xla's collective_broadcast is an all-reduce of a masked tensor)"
+        f"collective: broadcast is torch_xla's collective_broadcast, an all-reduce of the tensor scaled "
+        f"by 1 on device {ROOT} and 0 elsewhere: it costs an all-reduce"
     )
 
     def timed_point(op: str, size: int) -> Samples:
