@@ -67,23 +67,21 @@ class Location:
     def __init__(self, results: str | Path):
         self.url = str(results)
         if is_remote(results):
-            self.fs, root = self._file_system()
+            import fsspec  # a bucket's file system gives its root, so it is made at once
+
+            self.fs, root = fsspec.core.url_to_fs(self.url)
             self.root = root.rstrip("/")
         else:
             self.root = str(Path(results).resolve())
 
     @cached_property
     def fs(self) -> fsspec.AbstractFileSystem:
-        """The file system, made on first use: a local store's reads go through the standard
-        library and pyarrow, and importing fsspec (40 ms) is a tenth of ``compare``'s own time."""
-        return self._file_system()[0]
-
-    def _file_system(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        """A local store's file system, made on first use (a bucket's is made with its root):
+        its reads go through the standard library and pyarrow, and importing fsspec (40 ms)
+        is a tenth of ``compare``'s own time."""
         import fsspec
 
-        if self.remote:
-            return fsspec.core.url_to_fs(self.url)
-        return fsspec.filesystem("file"), self.url
+        return fsspec.filesystem("file")
 
     @property
     def remote(self) -> bool:

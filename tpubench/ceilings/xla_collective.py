@@ -96,9 +96,9 @@ def operation(op: str, size: int, dtype: torch.dtype, itemsize: int, world: int,
     )
     whole = sharded_zeros((world * rows, columns), dtype, mesh, (AXIS, None))
     first = torch.zeros(1, dtype=torch.long).to(torch_xla.device())  # the row reduce-scatter writes into
-    # broadcast's scale, device data as collective_broadcast's is: each device's row, 1 on the root
-    scale = sharded_zeros((world, 1), dtype, mesh, (AXIS, None)) if op == "broadcast" else None
-    if scale is not None:
+    scale = None
+    if op == "broadcast":  # its scale, device data as collective_broadcast's is: each device's row, 1 on the root
+        scale = sharded_zeros((world, 1), dtype, mesh, (AXIS, None))
         scale[ROOT] = 1
         torch_xla.sync()
 
