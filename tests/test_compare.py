@@ -324,6 +324,28 @@ def test_status_recompiles_and_fallbacks_always_regress():
     assert "aten::bincount" in reasons["fallback_ops"] and "aten::nonzero" not in reasons["fallback_ops"]
 
 
+def test_a_status_bad_on_both_sides_is_still_not_ok_and_a_fixed_one_improved():
+    base_runs, base_steps = side("a", [10.0, 10.0])
+    base_runs.append({"run_id": "a9", "status": "oom", "error": None})
+    still_runs, still_steps = side("b", [10.0])
+    still_runs.append({"run_id": "b9", "status": "crashed", "error": None})
+    still = compared((base_runs, base_steps), (still_runs, still_steps)).set_index("metric")
+    assert still.loc["status", "verdict"] == "unchanged"
+    assert still.loc["status", "reason"].startswith("still not ok: oom -> crashed")
+    fixed = compared((base_runs, base_steps), side("c", [10.0, 10.0])).set_index("metric")
+    assert fixed.loc["status", "verdict"] == "improved" and fixed.loc["status", "reason"].startswith("oom -> ok")
+
+
+@pytest.mark.parametrize("quantile", [0.0, 0.1, 0.5])
+@pytest.mark.parametrize("size", [1, 2, 7, 105])
+def test_the_bootstrap_takes_numpys_quantiles_of_the_same_resamples(size: int, quantile: float) -> None:
+    # ties too: a run's step times repeat at a timer's resolution
+    values = np.round(np.random.default_rng(size).gamma(4.0, 2.5, size), 1)
+    drawn = np.random.default_rng(0).integers(0, size, size=(1000, size))
+    expected = np.quantile(values[drawn], quantile, axis=1)
+    assert np.array_equal(compare._resampled_quantiles(values, drawn, quantile), expected)
+
+
 def test_unpaired_configurations_are_listed():
     base = side("a", [10.0, 10.0])
     other_runs, other_steps = side("b", [10.0, 10.0], batch_size=8)
