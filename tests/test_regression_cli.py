@@ -219,6 +219,23 @@ def test_gpu_against_tpu_through_the_same_command(two_sides, tmp_path):
     )
 
 
+def test_compare_prints_a_failed_runs_error_as_it_reads(two_sides, tmp_path):
+    """An error's text is the user's, not rich markup: ``[/i]`` raised a MarkupError out of
+    ``compare`` and ``[warning]`` vanished from the line."""
+    failed = tmp_path / "results"
+    shutil.copytree(two_sides, failed)
+    error = "IndexError: index 9 is out of bounds for x[/i] [warning] at step 3"
+    path = next(p for p in (failed / "runs").glob("date=*/*.parquet") if '"b"' in pq.read_table(p)["tags"][0].as_py())
+    frame = pq.read_table(path).to_pandas()
+    frame["status"], frame["error"] = "failed", error
+    pq.write_table(pa.Table.from_pandas(frame, schema=pq.read_schema(path), preserve_index=False), path)
+    done = in_process(
+        "compare --baseline tag.side=a --candidate tag.side=b --results", str(failed), env={"COLUMNS": "1000"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"ok -> failed in 1 of 2 run(s): {error}" in done.stdout
+
+
 def test_across_backends_compare_reports_differences_not_regressions(two_sides, tmp_path):
     """Eager against compiled (side b relabelled cpu-compile, with a compiled
     first step of 38 s) is a difference, not a regression: no `regressed` row, and

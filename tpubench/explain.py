@@ -335,7 +335,7 @@ def explain(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     folder = (Path(results_dir) / "diagnostics" / f"{run['run_id']}-{stamp}").resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    quiet = Console(stderr=True) if as_json else console
+    quiet = Console(stderr=True, markup=False) if as_json else console
     quiet.print(f"{NOT_COMPARABLE}; re-running {spec.label()} with diagnostics into {folder}", highlight=False)
     result = _rerun(spec, folder, pythons or {})
     found: dict[str, Any] = {"run_id": run["run_id"], "diagnostics": str(folder), "status": result["status"]}

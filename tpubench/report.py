@@ -130,7 +130,7 @@ def summary_table(
     columns = [c for c in COLUMNS if c.keep == ALWAYS or any(c.cell(row) != "-" for row in ordered)]
     hidden: list[str] = []
     if width is not None:
-        console = console or Console(width=width)
+        console = console or Console(width=width, markup=False)
         for column in sorted(columns, key=lambda c: c.keep):
             needed = Measurement.get(console, console.options.update(width=10_000), _table(ordered, columns)).maximum
             if needed <= width or column.keep >= KEPT:

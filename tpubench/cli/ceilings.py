@@ -222,7 +222,7 @@ def ceilings_command(
     tags = key_values("--tag", tag)
     results_dir = writable_results(results)
     runner = SuiteRunner(results_dir=results_dir, pythons=pythons(python), tags=tags)
-    out = Console(stderr=True) if as_json else console
+    out = Console(stderr=True, markup=False) if as_json else console
     probes = runner.probe_all(backends)
     specs = []
     for name in backends:

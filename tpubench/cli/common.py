@@ -54,7 +54,10 @@ def console_width(environ: dict[str, str], tty: bool) -> int | None:
     return None if tty else 200
 
 
-console = Console(width=console_width(dict(os.environ), sys.stdout.isatty()))
+#: what the CLI prints through. It reads no rich markup: what it prints holds users' text (an
+#: error's first line, a model's name, a reason quoting either), in which ``[/i]`` raised a
+#: MarkupError and ``[warning]`` vanished; styles are given as rich Text and Style objects
+console = Console(width=console_width(dict(os.environ), sys.stdout.isatty()), markup=False)
 
 
 class BadInput(TyperException):

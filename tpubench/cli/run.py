@@ -218,7 +218,7 @@ def run(
         fail_on_recompile=fail_on_recompile,
         **spread,
     )
-    out = Console(stderr=True) if as_json else console
+    out = Console(stderr=True, markup=False) if as_json else console
     for note in left_out(choice.workloads, choice.sizes, choice.modes):
         out.print(note, markup=False, highlight=False)
     if not specs:
@@ -394,7 +394,7 @@ def print_summary(out: Console, rows: list[dict[str, Any]], wide: bool) -> None:
     table, hidden = report.summary_table(rows, None if wide else out.width, out)
     if wide:  # as wide as the table, past the terminal's (or COLUMNS') width, which caps out.print's
         needed = Measurement.get(out, out.options.update(width=10_000), table).maximum
-        wider = Console(file=out.file, width=max(needed, out.width), color_system=out.color_system)
+        wider = Console(file=out.file, width=max(needed, out.width), color_system=out.color_system, markup=False)
         wider.print(table)
     else:
         out.print(table)
