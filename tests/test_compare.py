@@ -392,6 +392,25 @@ def test_a_timed_run_level_metric_needs_runs_a_side_and_a_rank_test():
     assert compare.run_verdict(np.array([0.01] * 5), np.array([0.03] * 5), metric)["verdict"] == "unchanged"  # 20 ms
 
 
+def test_a_run_level_reason_names_which_threshold_a_change_crossed():
+    """A change counts only beyond both thresholds; one crossed and not the other is said so
+    (a first step 48% quicker by 0.03 s read "within the 50% and 1 s thresholds")."""
+    metrics = {m.name: m for m in compare.METRICS}
+    five = np.ones(5)
+
+    def reason(name: str, base: float, test: float) -> str:
+        found = compare.run_verdict(base * five, test * five, metrics[name])
+        assert found["verdict"] == "unchanged", found
+        return found["reason"]
+
+    assert reason("first_step", 0.066, 0.034).endswith("beyond the 50% threshold but by less than 1 s")
+    assert reason("first_step", 10.0, 12.0).endswith("by 1 s or more but within the 50% threshold")
+    assert reason("first_step", 10.0, 10.1).endswith("within the 50% and 1 s thresholds")
+    assert reason("energy_per_token", 1.0, 1.05).endswith("within the 10% threshold")  # no absolute one
+    regressed = compare.run_verdict(five * 100.0, five * 200.0, metrics["peak_mem"])
+    assert regressed["reason"].endswith("beyond the 10% and 32 MiB thresholds (one value per run: no test)")
+
+
 def test_cross_backend_speedup_mfu_and_tokens_per_dollar():
     gpu = runs_frame([{"run_id": "g", "backend": "cuda", "device": "NVIDIA H100 80GB HBM3", "median_step_ms": 10.0,
                        "tokens_per_s": 1000.0, "mfu": 0.4}])  # fmt: skip
