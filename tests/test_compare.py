@@ -491,6 +491,8 @@ def store_runs() -> pd.DataFrame:
     [
         ("latest", ["r3"]),
         ("backend=cpu,latest", ["r2"]),
+        ("previous", ["r2"]),
+        ("backend=cpu,previous", ["r1"]),
         ("tag.rel=1", ["r1"]),
         ("invocation=20261102", ["r2"]),
         ("sha=def", ["r2"]),
@@ -510,6 +512,9 @@ def test_a_selector_matching_nothing_names_the_values_that_exist(store_runs):
         select_runs(store_runs, "backend=cuda")
     with pytest.raises(NoRunsMatch, match=r"tag 'nightly'.*tags: rel"):
         select_runs(store_runs, "tag.nightly=1")
+    # one invocation ran xla: none came before it
+    with pytest.raises(NoRunsMatch, match=r"no runs match previous after backend=xla; invocation has: 20261103-cccc$"):
+        select_runs(store_runs, "previous,backend=xla")
 
 
 @pytest.mark.parametrize("selector", ["", "colour=red", "date~2026", "since=yesterday", "backend"])

@@ -5,6 +5,8 @@ terms, all of which a run must satisfy.
 
 =====================  =============================================================
 ``latest``             the runs of the most recent invocation among those the other terms keep
+``previous``           the invocation before that one (``--baseline previous --candidate latest``:
+                       tonight against last night)
 ``invocation=ID``      ``invocation_id`` equal to ID or starting with it
 ``sha=ABC``            ``git_sha`` starting with ABC (``git_sha`` ends in ``+dirty`` for an edited tree)
 ``date=YYYY-MM-DD``    started on that UTC day; ``since=DATE`` and ``until=DATE`` bound the day
@@ -35,6 +37,8 @@ ALIASES = {"invocation": "invocation_id", "sha": "git_sha", "run": "run_id"}
 #: columns matched by prefix as well as in full: ids are long and users paste the start
 PREFIX_COLUMNS = frozenset({"invocation_id", "git_sha", "run_id"})
 _TERM = re.compile(r"^(?P<field>[A-Za-z_][\w.-]*?)\s*(?P<op>!=|=|~)\s*(?P<value>.*)$")
+#: terms that pick an invocation by how recent it is (0: the newest), after the other terms
+RECENCY = {"latest": 0, "previous": 1}
 #: at most this many existing values are named in an error
 SHOWN_VALUES = 12
 
@@ -49,14 +53,14 @@ class NoRunsMatch(SelectorError):
 
 @dataclass(frozen=True)
 class Term:
-    """One ``field op value`` condition (``latest`` is field "latest" with no op)."""
+    """One ``field op value`` condition (``latest`` and ``previous`` are fields with no op)."""
 
     field: str
     op: str
     value: str
 
     def __str__(self) -> str:
-        return self.field if self.field == "latest" else f"{self.field}{self.op}{self.value}"
+        return self.field if self.field in RECENCY else f"{self.field}{self.op}{self.value}"
 
 
 def parse_selector(text: str, columns: Sequence[str] = RUNS.names) -> list[Term]:
@@ -66,14 +70,14 @@ def parse_selector(text: str, columns: Sequence[str] = RUNS.names) -> list[Term]
     for raw in (part.strip() for part in text.split(",")):
         if not raw:
             continue
-        if raw == "latest":
-            terms.append(Term("latest", "", ""))
+        if raw in RECENCY:
+            terms.append(Term(raw, "", ""))
             continue
         match = _TERM.match(raw)
         if not match:
             raise SelectorError(
-                f"cannot read selector term {raw!r}: expected latest, COLUMN=VALUE, COLUMN!=VALUE, COLUMN~TEXT, "
-                "tag.KEY=VALUE, invocation=ID, sha=ABC, date=/since=/until=YYYY-MM-DD"
+                f"cannot read selector term {raw!r}: expected latest, previous, COLUMN=VALUE, COLUMN!=VALUE, "
+                "COLUMN~TEXT, tag.KEY=VALUE, invocation=ID, sha=ABC, date=/since=/until=YYYY-MM-DD"
             )
         field, op, value = match["field"], match["op"], match["value"].strip()
         field = ALIASES.get(field, field)
@@ -106,7 +110,9 @@ def _day(runs: pd.DataFrame) -> pd.Series:
 def _values(runs: pd.DataFrame, term: Term) -> list[str]:
     """The distinct values of ``term``'s field among ``runs``, as text, most recent first."""
     runs = runs.sort_values("started_at", ascending=False, kind="stable")
-    if term.field.startswith("tag."):
+    if term.field in RECENCY:
+        values = [str(v) for v in runs["invocation_id"]]
+    elif term.field.startswith("tag."):
         key = term.field[4:]
         values = [tags[key] for tags in _tags(runs) if key in tags]
         if not values:
@@ -122,11 +128,12 @@ def _values(runs: pd.DataFrame, term: Term) -> list[str]:
 
 
 def _mask(runs: pd.DataFrame, term: Term) -> pd.Series:
-    if term.field == "latest":
-        if runs.empty:
+    if term.field in RECENCY:
+        newest_first = runs.groupby("invocation_id")["started_at"].max().sort_values(ascending=False, kind="stable")
+        wanted = RECENCY[term.field]
+        if len(newest_first) <= wanted:
             return pd.Series(False, index=runs.index)
-        newest = runs.groupby("invocation_id")["started_at"].max().idxmax()
-        return runs["invocation_id"] == newest
+        return runs["invocation_id"] == newest_first.index[wanted]
     if term.field.startswith("tag."):
         key = term.field[4:]
         found = _tags(runs).map(lambda tags: tags.get(key))
@@ -153,19 +160,21 @@ def _compare(column: pd.Series, term: Term) -> pd.Series:
 def select_runs(runs: pd.DataFrame, selector: str | list[Term], columns: Sequence[str] = RUNS.names) -> pd.DataFrame:
     """The rows of ``runs`` (a :func:`tpubench.store.load_runs` frame) that ``selector`` picks.
 
-    ``latest`` is applied after the other terms, so ``backend=cuda,latest`` is the latest
-    invocation that ran cuda. Raises :class:`SelectorError` for a malformed selector and
+    ``latest`` and ``previous`` are applied after the other terms, so ``backend=cuda,latest``
+    is the latest invocation that ran cuda, and ``backend=cuda,previous`` the one before it.
+    Raises :class:`SelectorError` for a malformed selector and
     :class:`NoRunsMatch` when nothing is left, naming the values the failing field has.
     """
     terms = parse_selector(selector, columns) if isinstance(selector, str) else selector
-    ordered = [t for t in terms if t.field != "latest"] + [t for t in terms if t.field == "latest"]
+    ordered = [t for t in terms if t.field not in RECENCY] + [t for t in terms if t.field in RECENCY]
     if runs.empty:
         raise NoRunsMatch("no runs in the results store")
     chosen = runs
     for term in ordered:
         kept = chosen[_mask(chosen, term)]
         if kept.empty:
-            field = {"invocation_id": "invocation", "git_sha": "sha"}.get(term.field, term.field)
+            field = "invocation" if term.field in RECENCY else term.field
+            field = {"invocation_id": "invocation", "git_sha": "sha"}.get(field, field)
             raise NoRunsMatch(
                 f"no runs match {term}"
                 + (f" after {', '.join(str(t) for t in ordered[: ordered.index(term)])}" if chosen is not runs else "")

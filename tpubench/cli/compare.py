@@ -32,8 +32,8 @@ from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
 SELECTOR_HELP = (
-    "Runs to use: comma-separated terms, all required: latest, invocation=ID, sha=ABC, date=/since=/until=DATE, "
-    "tag.KEY=VALUE, COLUMN=VALUE, COLUMN!=VALUE, COLUMN~TEXT (e.g. backend=cuda, device~TPU)."
+    "Runs to use: comma-separated terms, all required: latest, previous, invocation=ID, sha=ABC, "
+    "date=/since=/until=DATE, tag.KEY=VALUE, COLUMN=VALUE, COLUMN!=VALUE, COLUMN~TEXT (e.g. backend=cuda, device~TPU)."
 )
 
 
