@@ -17,7 +17,8 @@ HOW = {
     "custom": "Any two selections (selectors)",
 }
 SELECTOR_HELP = (
-    "Comma-separated terms, all required: `latest`, `invocation=ID`, `sha=ABC`, `date=`/`since=`/`until=YYYY-MM-DD`, "
+    "Comma-separated terms, all required: `latest`, `previous` (the invocation before it), `invocation=ID`, "
+    "`sha=ABC`, `date=`/`since=`/`until=YYYY-MM-DD`, "
     "`tag.KEY=VALUE`, `COLUMN=VALUE`, `COLUMN!=VALUE`, `COLUMN~TEXT` (e.g. `backend=cuda,latest`). "
     "They pick among the runs the sidebar's filters keep."
 )
