@@ -403,8 +403,8 @@ def test_a_run_level_reason_names_which_threshold_a_change_crossed():
         assert found["verdict"] == "unchanged", found
         return found["reason"]
 
-    assert reason("first_step", 0.066, 0.034).endswith("beyond the 50% threshold but by less than 1 s")
-    assert reason("first_step", 10.0, 12.0).endswith("by 1 s or more but within the 50% threshold")
+    assert reason("first_step", 0.066, 0.034).endswith("beyond the 50% threshold, not the 1 s one")
+    assert reason("first_step", 10.0, 12.0).endswith("beyond the 1 s threshold, not the 50% one")
     assert reason("first_step", 10.0, 10.1).endswith("within the 50% and 1 s thresholds")
     assert reason("energy_per_token", 1.0, 1.05).endswith("within the 10% threshold")  # no absolute one
     regressed = compare.run_verdict(five * 100.0, five * 200.0, metrics["peak_mem"])

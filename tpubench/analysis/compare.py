@@ -908,9 +908,8 @@ def _against_thresholds(metric: Metric, relative: bool, absolute: bool) -> str:
     delta = f"{metric.min_delta:g} {metric.unit}"
     if relative == absolute:
         return f"{'beyond' if relative else 'within'} the {percent} and {delta} thresholds"
-    if relative:
-        return f"beyond the {percent} threshold but by less than {delta}"
-    return f"by {delta} or more but within the {percent} threshold"
+    crossed, not_crossed = (percent, delta) if relative else (delta, percent)
+    return f"beyond the {crossed} threshold, not the {not_crossed} one"
 
 
 def _fallback_ops(runs: pd.DataFrame) -> set[str]:
@@ -933,14 +932,15 @@ def _events(base: pd.DataFrame, test: pd.DataFrame, compiles: pd.DataFrame | Non
     common = {"base_runs": len(base), "test_runs": len(test), "unit": "", "better": ""}
     # read as lists: filtering a run frame (150 columns) by row costs a comparison far more
     base_bad = sorted(set(base["status"].tolist()) & BAD_STATUSES)
-    test_bad = [
-        (status, error)
-        for status, error in zip(test["status"].tolist(), test["error"].tolist(), strict=True)
-        if status in BAD_STATUSES
-    ]
+    test_statuses = test["status"].tolist()
+    test_bad = [status for status in test_statuses if status in BAD_STATUSES]
     if test_bad and not base_bad:
-        status = test_bad[0][0]
-        errors = [error for _, error in test_bad if not _missing(error)]
+        status = test_bad[0]
+        errors = [
+            error
+            for status_of, error in zip(test_statuses, test["error"].tolist(), strict=True)
+            if status_of in BAD_STATUSES and not _missing(error)
+        ]
         yield {
             **common,
             "metric": "status",
@@ -955,7 +955,7 @@ def _events(base: pd.DataFrame, test: pd.DataFrame, compiles: pd.DataFrame | Non
             **common,
             "metric": "status",
             "verdict": "unchanged",
-            "reason": f"still not ok: {', '.join(base_bad)} -> {', '.join(sorted({s for s, _ in test_bad}))}",
+            "reason": f"still not ok: {', '.join(base_bad)} -> {', '.join(sorted(set(test_bad)))}",
         }
     base_recompiles = base["recompiles_after_warmup"].fillna(0).max()
     test_recompiles = test["recompiles_after_warmup"].fillna(0).max()
