@@ -249,7 +249,7 @@ def ceilings_command(
         by_run.setdefault(row["run_id"], []).append(row)
     for spec in specs:
         if spec.run_id in by_run:
-            out.print(_summary_line(spec, by_run[spec.run_id]), markup=False, highlight=False)
+            out.print(_summary_line(spec, by_run[spec.run_id]), highlight=False)
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
     out.print(f"results: {results_dir} (invocation {runner.invocation_id}); `tpubench ceilings --show` shows them")

@@ -282,7 +282,6 @@ def ci_command(
     planned = rounds_of(specs, chosen_rounds)
     console.print(
         f"tpubench ci: {len(specs)} configuration(s) x {chosen_rounds} round(s) = {len(planned)} runs{why}",
-        markup=False,
         highlight=False,
     )
     with suite_progress(runner, len(planned), console):
@@ -310,7 +309,7 @@ def ci_command(
     )
     failed = candidate_runs[candidate_runs["status"].isin(FAILED)]
     for line in _closing(comparison, failed, base is not None):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, highlight=False)
     crept = False
     if history is not None:
         crept = _history(history, results_dir, runner.invocation_id, creep_nights, settings, out_dir / "summary.md")
@@ -333,14 +332,13 @@ def _history(
         copied = store.append_store(results_dir, history)
         past = store.load_runs(history)
     except (StoreError, OSError, ValueError) as error:
-        console.print(f"history: could not append tonight to {history}: {error}", markup=False, highlight=False)
+        console.print(f"history: could not append tonight to {history}: {error}", highlight=False)
         return False
     tonight = past[past["invocation_id"] == invocation]
     starts = past.groupby("invocation_id")["started_at"].min().sort_values()
     earlier = [i for i in starts.index if i != invocation and starts[i] < tonight["started_at"].min()]
     console.print(
         f"history: {copied} file(s) appended to {history}, which now holds {len(starts)} night(s)",
-        markup=False,
         highlight=False,
     )
     if not earlier:
@@ -360,11 +358,10 @@ def _history(
     console.print(
         f"creep: {verdict.upper() if verdict == 'regressed' else verdict} against invocation {reference} "
         f"({back} night(s) back, {when})",
-        markup=False,
         highlight=False,
     )
     for label, row in _labels(compare.regressions(creep)):
-        console.print(f"  {label}: {row['reason']}", markup=False, highlight=False)
+        console.print(f"  {label}: {row['reason']}", highlight=False)
     return verdict == "regressed"
 
 

@@ -169,7 +169,7 @@ def _show(results_dir: Path | str, run: dict[str, Any], as_json: bool) -> None:
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}", highlight=False)
     console.print(_event_table(events))
     for line in lines:
-        console.print(line, markup=False, highlight=False)
+        console.print(line, highlight=False)
 
 
 def _diff(results_dir: Path | str, base_run: dict[str, Any], test_run: dict[str, Any], as_json: bool) -> None:

@@ -52,14 +52,14 @@ def show_memory(
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}", highlight=False)
     console.print(breakdown_table(run, ranks))
     for line in notes(run):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, highlight=False)
     if not wide.empty:
         console.print(timeline_table(wide))
         agreement = analysis.profiler_agreement(run, memory)
         shown = ", ".join(
             f"{r.part} {r.ratio:.3f}x" for r in agreement.itertuples() if r.ratio is not None and pd.notna(r.ratio)
         )
-        console.print(f"profiler / counted: {shown}", markup=False, highlight=False)
+        console.print(f"profiler / counted: {shown}", highlight=False)
 
 
 def breakdown_table(run: dict[str, Any], ranks: pd.DataFrame) -> Table:

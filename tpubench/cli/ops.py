@@ -259,7 +259,7 @@ def _show(
         + (f"; also {', '.join(others)} ops (--source)" if others else "")
     )
     for note in _notes(rows, run, source):
-        console.print(note, markup=False, highlight=False)
+        console.print(note, highlight=False)
     table = Table()
     flops = ranked["achieved_flops_per_s"].notna().any()  # only xprof's device tables count FLOPs
     headers = ["#", "op", "category", "calls/step", "self µs/step", "% of step", "total µs/step"]
@@ -326,7 +326,7 @@ def _diff(
     console.print(f"test {test_run['run_id']}: {_label(test_run)} ({sources[1]['source'].iloc[0]} ops)")
     for run, rows in ((base_run, base), (test_run, test)):
         for note in _notes(rows, run, source):
-            console.print(f"{run['run_id']}: {note}", markup=False, highlight=False)
+            console.print(f"{run['run_id']}: {note}", highlight=False)
     console.print(f"by {by}, per traced step, largest change first:")
     table = Table()
     for header in (by, "change", "base µs/step", "test µs/step", "delta µs/step", "ratio", "base %", "test %"):

@@ -119,16 +119,15 @@ def show_roofline(
         return
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}")
     source = table["source"].iloc[0] if len(table) else "no"
-    console.print(f"{source} ops against {found.describe()}", markup=False, highlight=False)
+    console.print(f"{source} ops against {found.describe()}", highlight=False)
     if found.ridge is None:
         console.print(
             "note: without ceilings no op is placed against a roof (bound, ceiling and savings stay empty); "
             "`tpubench ceilings` measures them into the store (or --ceilings FILE gives them)",
-            markup=False,
         )
     _print_table(table.head(top))
     if warning := analysis.above_ceiling(table):
-        console.print(f"note: {warning}", markup=False, highlight=False)
+        console.print(f"note: {warning}", highlight=False)
     if len(table) > top:
         console.print(f"{len(table) - top} more ops; --top N shows more")
     console.print(
@@ -161,7 +160,6 @@ def show_roofline(
                 f"  {row['rank']}. {row['op']}{' ' + row['shape'] if row['shape'] else ''} [{row['bound']}]: "
                 f"{_number(row['saving_us_per_step'])} µs/step ({_pct(row['saving_share'])} of the step), "
                 f"at {_pct(row['ceiling_fraction'])} of its ceiling",
-                markup=False,
                 highlight=False,
             )
 
@@ -232,11 +230,11 @@ def _pair(results_dir: Path | str, run_ids: list[str], measured: pd.DataFrame | 
     if _emit(paired, as_json, False):
         return
     for name, run, found in (("A", run_a, found_a), ("B", run_b, found_b)):
-        console.print(f"{name} {run['run_id']}: {_label(run)}; {found.describe()}", markup=False, highlight=False)
-    console.print(f"matched by {analysis.MATCHING}", markup=False, highlight=False)
+        console.print(f"{name} {run['run_id']}: {_label(run)}; {found.describe()}", highlight=False)
+    console.print(f"matched by {analysis.MATCHING}", highlight=False)
     for name, table in (("A", table_a), ("B", table_b)):
         if warning := analysis.above_ceiling(table):
-            console.print(f"note: {name}: {warning}", markup=False, highlight=False)
+            console.print(f"note: {name}: {warning}", highlight=False)
     out = Table()
     for header in ("key", "A op", "B op", "A µs/step", "B µs/step", "B/A", "A of ceil", "B of ceil", "A", "B"):
         out.add_column(header, justify="left" if header in ("key", "A op", "B op", "A", "B") else "right")

@@ -220,7 +220,7 @@ def run(
     )
     out = Console(stderr=True, markup=False) if as_json else console
     for note in left_out(choice.workloads, choice.sizes, choice.modes):
-        out.print(note, markup=False, highlight=False)
+        out.print(note, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
     runner = SuiteRunner(results_dir=results_dir, pythons=interpreters, tags=key_values("--tag", tag), resume=resume)
@@ -242,7 +242,7 @@ def run(
     if rows and not as_json:
         print_summary(out, rows, wide)
     for line in report.notes(rows):
-        out.print(line, markup=False, highlight=False)
+        out.print(line, highlight=False)
     out.print(f"results: {results_dir} (invocation {runner.invocation_id})")
     if runner.interrupted:
         out.print("interrupted: finished runs were saved")
@@ -327,7 +327,6 @@ def follow_host0(out: Console, rows: list[dict[str, Any]], node_rank: int, hosts
     out.print(
         f"host {node_rank} of {hosts}: host 0 writes the rows (under its --results); it recorded "
         + ", ".join(f"{row['status']}" + (f" ({row['error']})" if row.get("error") else "") for row in rows),
-        markup=False,
         highlight=False,
     )
     if as_json:

@@ -128,7 +128,7 @@ def show_scaling(
         return
     if report.empty:
         console.print(f"no multi-device runs in {results}; a sweep over N that fills this view:", highlight=False)
-        console.print(f"  {scaling.SWEEP_HINT}", markup=False, highlight=False)
+        console.print(f"  {scaling.SWEEP_HINT}", highlight=False)
         return
     for config, rows in report.groupby("configuration", sort=False):
         console.print(_config_table(str(config), rows))
