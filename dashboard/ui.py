@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ import streamlit as st
 from PIL import Image, ImageDraw
 
 from dashboard import charts, data, state
+from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.shapes import whole_numbers
 from tpubench.store import StoreError
 
@@ -182,7 +182,7 @@ def table(data: Any, links: tuple[str, ...] = (), where: Any = st, **options: An
 
 def number(value: Any, digits: int = 2, suffix: str = "") -> str:
     """``value`` for a table cell: thousands separated, missing as a dash."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return "-"
     return f"{value:,.{digits}f}{suffix}"
 

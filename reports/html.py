@@ -16,6 +16,7 @@ from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, res
 from reports.markdown import VERDICT_MARK
 from tpubench.analysis.compare import verdict_counts
 from tpubench.analysis.identity import config_labels
+from tpubench.analysis.nulls import is_missing
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -35,7 +36,7 @@ def _table(frame: pd.DataFrame, columns: dict[str, str], text: tuple[str, ...] =
         cells = []
         for column in columns:
             value = row[column]
-            if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+            if is_missing(value):
                 shown = "-"
             elif isinstance(value, float):
                 shown = f"{value:,.2f}"

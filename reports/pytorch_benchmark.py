@@ -11,11 +11,11 @@ writes the same records. The upload step (CI metadata such as ``head_sha`` and
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import pandas as pd
 
+from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.steps import job_steps
 from tpubench.spec import DIMENSIONS
 
@@ -38,7 +38,7 @@ LAYOUT = ("devices", "parallel", "parallel_impl", "mesh", "tp_size", "scaling", 
 
 
 def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+    if is_missing(value):
         return ""
     return str(value)
 

@@ -45,6 +45,7 @@ import pandas as pd
 
 from tpubench.analysis.compiles import top_cause
 from tpubench.analysis.identity import CONFIG_KEYS, configurations
+from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.ranktest import mann_whitney_p, u_counts
 from tpubench.analysis.steps import job_steps
 from tpubench.hostload import BUSY_SHARE, is_busy
@@ -380,7 +381,7 @@ def _json_column(runs: pd.DataFrame, column: str) -> list[dict[str, Any]]:
 def _side_value(values: list[Any]) -> str:
     """One side's values of a setting as a reason shows them: ``unset``, the value, or ``a|b``
     when its runs differ among themselves."""
-    shown = sorted({"unset" if _missing(v) else str(v) for v in values})
+    shown = sorted({"unset" if is_missing(v) else str(v) for v in values})
     return "|".join(shown) if shown else "unset"
 
 
@@ -915,14 +916,9 @@ def _against_thresholds(metric: Metric, relative: bool, absolute: bool) -> str:
 def _fallback_ops(runs: pd.DataFrame) -> set[str]:
     found: set[str] = set()
     for text in runs["fallback_ops"].tolist():
-        if not _missing(text) and text:
+        if not is_missing(text) and text:
             found.update(json.loads(text))
     return found
-
-
-def _missing(value: Any) -> bool:
-    """Whether a value read out of a column (``tolist``) is null: None, NaN or pandas' NA."""
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def _events(base: pd.DataFrame, test: pd.DataFrame, compiles: pd.DataFrame | None = None) -> Iterable[dict[str, Any]]:
@@ -939,7 +935,7 @@ def _events(base: pd.DataFrame, test: pd.DataFrame, compiles: pd.DataFrame | Non
         errors = [
             error
             for status_of, error in zip(test_statuses, test["error"].tolist(), strict=True)
-            if status_of in BAD_STATUSES and not _missing(error)
+            if status_of in BAD_STATUSES and not is_missing(error)
         ]
         yield {
             **common,

@@ -19,7 +19,6 @@ judges.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +26,7 @@ import pandas as pd
 
 from tpubench import peaks
 from tpubench.analysis.identity import CONFIG_KEYS, ONE_DEVICE
+from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, device_kind, device_price
 from tpubench.spec import DIMENSIONS, shape_label
 
@@ -93,10 +93,6 @@ SIMULATED_NOTE = (
 ANY = "*"  # a 1-device row's parallel and scaling: it belongs to every plan's N = 1
 
 
-def _present(value: Any) -> bool:
-    return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
-
-
 def normalised(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with every column this module reads, old rows read as one device."""
     frame = runs.copy()
@@ -118,22 +114,22 @@ def data_parallel(row: Mapping[str, Any]) -> int:
     devices = int(row["devices"])
     if row["parallel"] == "tp":
         return 1
-    tp = int(row["tp_size"]) if _present(row["tp_size"]) else 1
+    tp = 1 if is_missing(row["tp_size"]) else int(row["tp_size"])
     return max(devices // tp, 1) if row["parallel"] == "fsdp_tp" else devices
 
 
 def per_device_batch(row: Mapping[str, Any]) -> int | None:
     """The batch one device holds per step: stored, else the global batch over the dp degree."""
-    if _present(row.get("per_device_batch_size")):
+    if not is_missing(row.get("per_device_batch_size")):
         return int(row["per_device_batch_size"])
-    batch = row.get("global_batch_size") if _present(row.get("global_batch_size")) else row.get("batch_size")
-    return int(batch) // data_parallel(row) if _present(batch) else None
+    batch = row.get("batch_size") if is_missing(row.get("global_batch_size")) else row.get("global_batch_size")
+    return None if is_missing(batch) else int(batch) // data_parallel(row)
 
 
 def global_batch(row: Mapping[str, Any]) -> int | None:
     """The batch one step consumes over all devices (``batch_size`` is the global batch)."""
     for column in ("global_batch_size", "batch_size"):
-        if _present(row.get(column)):
+        if not is_missing(row.get(column)):
             return int(row[column])
     return None
 
@@ -142,11 +138,11 @@ def config_key(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row's configuration: :data:`IDENTITY`, plus the plan, the tp degree when it does
     not grow with N (2-D), the scaling and the batch that scaling keeps. A 1-device row's
     plan and scaling are :data:`ANY`."""
-    identity = {column: row.get(column) if _present(row.get(column)) else None for column in IDENTITY}
+    identity = {column: None if is_missing(row.get(column)) else row.get(column) for column in IDENTITY}
     if int(row["devices"]) == 1:
         return {**identity, "parallel": ANY, "tp_key": ANY, "scaling": ANY, "batch_key": global_batch(row)}
-    scaling = row.get("scaling") if _present(row.get("scaling")) else None
-    tp_key = int(row["tp_size"]) if row["parallel"] == "fsdp_tp" and _present(row.get("tp_size")) else None
+    scaling = None if is_missing(row.get("scaling")) else row.get("scaling")
+    tp_key = int(row["tp_size"]) if row["parallel"] == "fsdp_tp" and not is_missing(row.get("tp_size")) else None
     batch = per_device_batch(row) if scaling == "weak" else global_batch(row)
     return {**identity, "parallel": row["parallel"], "tp_key": tp_key, "scaling": scaling, "batch_key": batch}
 
@@ -202,10 +198,12 @@ PER_DEVICE = {"tokens_per_s_per_device": "tokens_per_s", "samples_per_s_per_devi
 
 def per_device(row: Mapping[str, Any], column: str) -> float | None:
     """A per-device throughput column (:data:`PER_DEVICE`): stored, else the run's over its devices."""
-    if _present(row.get(column)):
+    if not is_missing(row.get(column)):
         return float(row[column])
     total = row.get(PER_DEVICE[column])
-    return float(total) / (int(row["devices"]) if _present(row.get("devices")) else 1) if _present(total) else None
+    if is_missing(total):
+        return None
+    return float(total) / (1 if is_missing(row.get("devices")) else int(row["devices"]))
 
 
 def throughput_per_device(row: Mapping[str, Any]) -> float | None:
@@ -240,11 +238,11 @@ def mfu_per_device(flops_per_step: float, step_ms: float, devices: int, peak_flo
 def row_mfu(row: Mapping[str, Any]) -> float | None:
     """The stored MFU (per device), else computed from the FLOPs and the device's peak; none
     for a FLOP count that missed ops (``flops_incomplete``), which the run left null on purpose."""
-    if _present(row.get("mfu")):
+    if not is_missing(row.get("mfu")):
         return float(row["mfu"])
-    if _present(row.get("flops_incomplete")):
+    if not is_missing(row.get("flops_incomplete")):
         return None
-    if not (_present(row.get("flops_per_step")) and _present(row.get("median_step_ms")) and row.get("device")):
+    if is_missing(row.get("flops_per_step")) or is_missing(row.get("median_step_ms")) or not row.get("device"):
         return None
     peak = peaks.lookup(str(row["device"]), device_kind(str(row["backend"]), str(row["device"])))
     per_device = peak.device_flops(str(row["dtype"])) if peak else None
@@ -261,7 +259,7 @@ def efficiency(row: Mapping[str, Any], baseline: Mapping[str, Any], scaling: str
     """
     if scaling == "strong":
         step, base_step = row.get("median_step_ms"), baseline.get("median_step_ms")
-        if not (_present(step) and _present(base_step)) or step <= 0:
+        if is_missing(step) or is_missing(base_step) or step <= 0:
             return None
         return float(base_step) / float(step) * int(baseline["devices"]) / int(row["devices"])
     mine, theirs = throughput_per_device(row), throughput_per_device(baseline)
@@ -300,7 +298,7 @@ def configurations(runs: pd.DataFrame) -> list[tuple[dict[str, Any], pd.DataFram
     group_keys = list(CONFIG_KEYS)
     for key, rows in multi.groupby(group_keys, dropna=False, sort=True):
         config = dict(zip(group_keys, key, strict=True))
-        config = {name: (None if not _present(value) else value) for name, value in config.items()}
+        config = {name: (None if is_missing(value) else value) for name, value in config.items()}
         same = computation.loc[singles.index] == computation.loc[rows.index[0]]  # a group shares its computation
         found.append((config, pd.concat([singles[same], rows]).sort_values("devices", kind="stable")))
     return found
@@ -313,7 +311,7 @@ def scaling_table(rows: pd.DataFrame, scaling: str | None) -> pd.DataFrame:
     baseline = choose_baseline(rows)
     records = []
     for row in _latest_per_devices(rows).to_dict("records"):
-        ran = row["status"] in RAN and _present(row.get("median_step_ms"))
+        ran = row["status"] in RAN and not is_missing(row.get("median_step_ms"))
         records.append(
             {
                 "devices": int(row["devices"]),
@@ -326,7 +324,7 @@ def scaling_table(rows: pd.DataFrame, scaling: str | None) -> pd.DataFrame:
                 "baseline_devices": int(baseline["devices"]) if baseline else None,
                 "baseline_run_id": baseline.get("run_id") if baseline else None,
                 **{
-                    column: row.get(column) if _present(row.get(column)) else None
+                    column: None if is_missing(row.get(column)) else row.get(column)
                     for column in (
                         "collective_share",
                         "exposed_collective_share",
@@ -335,7 +333,7 @@ def scaling_table(rows: pd.DataFrame, scaling: str | None) -> pd.DataFrame:
                         "rank_skew_pct",
                     )
                 },
-                "simulated": bool(row["simulated"]) if _present(row.get("simulated")) else None,
+                "simulated": None if is_missing(row.get("simulated")) else bool(row["simulated"]),
             }
         )
     return pd.DataFrame(records, columns=list(TABLE_COLUMNS))
@@ -407,7 +405,7 @@ def cross_backend(report: pd.DataFrame, runs: pd.DataFrame, prices: Mapping[str,
         device = devices_of.get(row["run_id"])
         price = device_price(device, device_kind(row["backend"], device), prices) if device else None
         tokens = row["tokens_per_s_per_device"]
-        cost = price / (tokens * 3600) * 1e6 if price and _present(tokens) and tokens else None
+        cost = price / (tokens * 3600) * 1e6 if price and not is_missing(tokens) and tokens else None
         records.append(
             {
                 **{column: row.get(column) for column in columns},

@@ -9,7 +9,6 @@ input, picks and prints.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +22,7 @@ from tpubench import store
 from tpubench.analysis import compare
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
 from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
+from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.analysis.shapes import whole_numbers
@@ -106,7 +106,7 @@ def settings_from(threshold: float | None, statistic: str = "median") -> compare
 
 
 def _number(value: Any, digits: int = 2) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return "-"
     return f"{value:,.{digits}f}"
 

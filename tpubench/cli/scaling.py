@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from tpubench.analysis import scaling
+from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.cli.common import BadInput, app, console
 from tpubench.cli.compare import SELECTOR_HELP, _records, load_all_runs, prices_from
@@ -23,7 +24,7 @@ from tpubench.results_dir import DEFAULT_RESULTS_DIR
 
 
 def _number(value: Any, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+    if is_missing(value):
         return "-"
     return f"{value * scale:,.{digits}f}{suffix}"
 
