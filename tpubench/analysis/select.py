@@ -39,6 +39,8 @@ PREFIX_COLUMNS = frozenset({"invocation_id", "git_sha", "run_id"})
 _TERM = re.compile(r"^(?P<field>[A-Za-z_][\w.-]*?)\s*(?P<op>!=|=|~)\s*(?P<value>.*)$")
 #: terms that pick an invocation by how recent it is (0: the newest), after the other terms
 RECENCY = {"latest": 0, "previous": 1}
+#: how an error names a field: as users type it, and a recency term by what it picks
+ERROR_FIELD_NAMES = {"invocation_id": "invocation", "git_sha": "sha", **dict.fromkeys(RECENCY, "invocation")}
 #: at most this many existing values are named in an error
 SHOWN_VALUES = 12
 
@@ -173,8 +175,7 @@ def select_runs(runs: pd.DataFrame, selector: str | list[Term], columns: Sequenc
     for term in ordered:
         kept = chosen[_mask(chosen, term)]
         if kept.empty:
-            field = "invocation" if term.field in RECENCY else term.field
-            field = {"invocation_id": "invocation", "git_sha": "sha"}.get(field, field)
+            field = ERROR_FIELD_NAMES.get(term.field, term.field)
             raise NoRunsMatch(
                 f"no runs match {term}"
                 + (f" after {', '.join(str(t) for t in ordered[: ordered.index(term)])}" if chosen is not runs else "")
