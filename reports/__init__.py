@@ -32,6 +32,7 @@ SUMMARY_COLUMNS = [
     "tokens_per_s",
     "mfu",
     "mfu_attained",
+    "ceiling_low_runs",
     "peak_mem_mib",
     "host_busy_runs",
 ]
@@ -116,7 +117,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     keys = list(CONFIG_KEYS)
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    read = {*keys, "status", "peak_mem_bytes", "host_other_cpu_share", *SUMMED}
+    read = {*keys, "status", "peak_mem_bytes", "host_other_cpu_share", "ceiling_low", *SUMMED}
     frame = configurations(runs[[column for column in runs.columns if column in read]])  # not a copy of 150 columns
     # grouped aggregations over columns, not a Python loop over the groups, and by one number
     # per configuration rather than by its 18 columns (a MultiIndex of them cost as much as the
@@ -144,6 +145,12 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         tokens_per_s=medians["tokens_per_s"],  # decode: output tokens (schema 2)
         mfu=medians["mfu"],
         mfu_attained=medians["mfu_attained"] if "mfu_attained" in frame else None,
+        # runs above their measured ceiling: it was measured low, and the cell says so, no figure
+        ceiling_low_runs=frame.get("ceiling_low", pd.Series(False, index=frame.index))
+        .eq(True)
+        .astype("int64")
+        .groupby(config, sort=True)
+        .sum(),
         peak_mem_mib=medians["peak_mem_mib"],
         host_busy_runs=frame["host_other_cpu_share"].map(is_busy).astype("int64").groupby(config, sort=True).sum(),
     )

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, results_table
+from tpubench.analysis.ceilings import attained_text
 from tpubench.analysis.compare import verdict_counts
 from tpubench.analysis.identity import config_labels
 
@@ -127,7 +128,8 @@ def cross_markdown(cross: pd.DataFrame) -> str:
     for side in ("base", "test"):
         frame[f"{side}_mfu_pct"] = frame[f"{side}_mfu"] * 100
         attained = frame.get(f"{side}_mfu_attained", pd.Series(None, index=frame.index, dtype=float))
-        frame[f"{side}_att_pct"] = pd.to_numeric(attained, errors="coerce") * 100
+        low = frame.get(f"{side}_ceiling_low", pd.Series(False, index=frame.index))
+        frame[f"{side}_att_pct"] = [attained_text(v, flag) for v, flag in zip(attained, low, strict=True)]
     return table(
         frame,
         {
@@ -138,8 +140,8 @@ def cross_markdown(cross: pd.DataFrame) -> str:
             "speedup": "speedup",
             "base_mfu_pct": "MFU % (base)",
             "test_mfu_pct": "MFU % (cand)",
-            "base_att_pct": "MFU % of measured ceiling (base)",
-            "test_att_pct": "MFU % of measured ceiling (cand)",
+            "base_att_pct": "MFU of measured ceiling (base)",
+            "test_att_pct": "MFU of measured ceiling (cand)",
             "base_tokens_per_usd": "tokens/$ (base)",
             "test_tokens_per_usd": "tokens/$ (cand)",
             "cost_ratio": "cost ratio",
@@ -151,7 +153,5 @@ def cross_markdown(cross: pd.DataFrame) -> str:
             "test_tokens_per_usd": 0,
             "base_mfu_pct": 1,
             "test_mfu_pct": 1,
-            "base_att_pct": 1,
-            "test_att_pct": 1,
         },
     )

@@ -13,6 +13,10 @@ import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -183,3 +187,63 @@ def default_sigint() -> None:
     and Python then installs no KeyboardInterrupt handler: a test that interrupts a CLI it
     started would otherwise wait for an exit that never comes."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def another_sweep(
+    sweep: pd.DataFrame,
+    run_id: str,
+    minutes: float,
+    *,
+    slower: float = 1.0,
+    other_cpu_share: float | None = None,
+    past_cache: float | None = None,
+) -> pd.DataFrame:
+    """The rows a real ceilings sweep (``sweep``, one ``run_id``) would have had as another
+    sweep of the same points: ``minutes`` later (earlier if negative), every sample ``slower``
+    times longer (rates that much lower), other processes on ``other_cpu_share`` of the CPUs.
+    With ``past_cache`` (a memory sweep), each kernel also gets the point a sweep without
+    --max-size adds: arrays past 4x the last-level cache the rows name, each byte
+    ``past_cache`` times slower than at the sweep's largest array (DRAM beside a cache)."""
+    import pandas as pd
+
+    from tpubench.analysis.ceilings import cache_reach, size_label
+
+    shift = pd.Timedelta(minutes=minutes)
+    frame = sweep.assign(
+        run_id=run_id,
+        invocation_id=f"inv-{run_id}",
+        started_at=sweep["started_at"] + shift,
+        finished_at=sweep["finished_at"] + shift,
+        host_other_cpu_share=other_cpu_share,
+        samples_s=[[t * slower for t in samples] for samples in sweep["samples_s"]],
+        **{column: sweep[column] * slower for column in ("median_s", "min_s", "p90_s")},
+        **{column: sweep[column] / slower for column in ("median_rate", "max_rate", "p10_rate")},
+    )
+    if past_cache is None:
+        return frame
+    largest = frame.loc[frame.groupby(["op", "dtype"])["size_bytes"].idxmax()]
+    reach = largest["llc_bytes"].map(cache_reach)
+    grow = reach / largest["size_bytes"]  # bytes moved grow by this, time by it x past_cache
+    past = largest.assign(
+        size_bytes=reach,
+        shape=reach.map(size_label),
+        bytes_per_op=largest["bytes_per_op"] * grow,
+        samples_s=[[t * g * past_cache for t in s] for s, g in zip(largest["samples_s"], grow, strict=True)],
+        **{column: largest[column] * grow * past_cache for column in ("median_s", "min_s", "p90_s")},
+        **{column: largest[column] / past_cache for column in ("median_rate", "max_rate", "p10_rate")},
+    )
+    return pd.concat([frame, past], ignore_index=True)
+
+
+def write_sweeps(results: Path, *sweeps: pd.DataFrame) -> None:
+    """Store the sweeps' rows as `tpubench ceilings` does: one file of the ceilings table per invocation."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from tpubench import store
+
+    for invocation, sweep in pd.concat(sweeps, ignore_index=True).groupby("invocation_id"):
+        started = sweep["started_at"].min().to_pydatetime()
+        writer = store.InvocationWriter(results, invocation, started, tables=("ceilings",))
+        table = pa.Table.from_pandas(sweep, schema=store.TABLES["ceilings"], preserve_index=False)
+        store.Location(results).write_table(table, writer.paths["ceilings"])

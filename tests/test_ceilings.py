@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import in_process, tpubench
+from helpers import another_sweep, in_process, tpubench, write_sweeps
 
 from tpubench import store
 from tpubench.analysis import ceilings as analysis
@@ -99,18 +99,145 @@ def test_show_lists_ceilings_beside_the_datasheet(cpu_store: Path) -> None:
 
 def test_mfu_attained_where_a_ceiling_exists(cpu_store: Path) -> None:
     """A run on the device and dtype of a measured ceiling gets achieved / ceiling and the
-    sweep's run id; the same run on a device without one (an H100 here) gets null."""
-    runs = store.load_runs(cpu_store)
+    sweep's run id; the same run on a device without one (an H100 here) gets null. A run that
+    beats its ceiling shows no figure: the ceiling was measured low (``ceiling_low``), and
+    compare, its Markdown and every reader say so instead of a ratio above 1."""
+    from reports.markdown import cross_markdown
+    from tpubench.analysis.compare import cross_backend
+
+    run = store.load_runs(cpu_store).iloc[[0]]
     ceilings = store.load_ceilings(cpu_store)
-    elsewhere = runs.assign(device="NVIDIA H100 80GB HBM3", backend="cuda", run_id="other")
-    frame = analysis.attach_attained(pd.concat([runs, elsewhere], ignore_index=True), ceilings)
-    here, there = frame.iloc[0], frame.iloc[1]
     best = ceilings[ceilings["kind"] == "matmul"]["median_rate"].max()
-    achieved = here["flops_per_step"] / (here["median_step_ms"] / 1e3)
-    assert here["mfu_attained"] == pytest.approx(achieved / best)
+    seconds = run["median_step_ms"].iloc[0] / 1e3
+    # the same run doing a quarter of the ceiling's work per second, then twice it
+    below, above = (run.assign(flops_per_step=share * best * seconds, run_id=f"x{share}") for share in (0.25, 2.0))
+    elsewhere = run.assign(device="NVIDIA H100 80GB HBM3", backend="cuda", run_id="other")
+    frame = analysis.attach_attained(pd.concat([below, above, elsewhere], ignore_index=True), ceilings)
+    here, beaten, there = frame.iloc[0], frame.iloc[1], frame.iloc[2]
+    assert pd.isna(beaten["mfu_attained"]) and beaten["ceiling_low"]  # 2.0 is no figure to show
+    assert here["mfu_attained"] == pytest.approx(0.25) and not here["ceiling_low"]
     assert here["ceiling_run_id"] == ceilings[ceilings["kind"] == "matmul"]["run_id"].iloc[0]
-    assert pd.isna(there["mfu_attained"]) and pd.isna(there["ceiling_run_id"])
+    assert here["ceiling_choice"].startswith(f"cpu matmul float32 sweep {here['ceiling_run_id']}")
+    assert beaten["ceiling_flops_per_s"] == pytest.approx(best)  # the ceiling it beat stays named
+    assert pd.isna(there["mfu_attained"]) and pd.isna(there["ceiling_run_id"]) and not there["ceiling_low"]
     assert pd.isna(there["mfu"]) or there["mfu"] >= 0  # MFU against the data sheet stays its own column
+    assert analysis.attained_text(here["mfu_attained"], here["ceiling_low"]) == "25.0%"
+    cross = cross_backend(frame.iloc[[1]], frame.iloc[[2]], {})
+    assert cross["base_ceiling_low"].tolist() == [True] and cross["base_mfu_attained"].isna().all()
+    assert analysis.CEILING_LOW in cross_markdown(cross)
+
+
+def test_a_sweep_without_an_array_past_the_caches_never_sets_the_memory_ceiling(
+    cpu_store: Path, tmp_path: Path
+) -> None:
+    """The fixture's memory sweep stops at 2 MiB (--max-size), far below 4x this host's last-level
+    cache: a cache's figure. Beside an older sweep that went past the caches (its rows as a sweep
+    without --max-size writes them), --show and the roofline read the older one's arrays past
+    the caches and say which sweep and why; alone, the limited sweep sets no memory ceiling and
+    --show marks its figures a cache's, with no data-sheet ratio."""
+    from tpubench.analysis.roofline import ceilings_for
+
+    real = store.load_ceilings(cpu_store)
+    limited, matmul = real[real["kind"] == "memory"], real[real["kind"] == "matmul"]
+    full = another_sweep(limited, "full-sweep", -60, past_cache=4.0)  # an hour before, DRAM 4x slower per byte
+    reach = analysis.cache_reach(limited["llc_bytes"].iloc[0])
+    assert limited["size_bytes"].max() < reach  # the fixture's sweep is the limited one
+    both, alone = tmp_path / "both", tmp_path / "alone"
+    write_sweeps(both, limited, full, matmul)
+    write_sweeps(alone, limited, matmul)
+
+    done = tpubench("ceilings --show --json --select kind=memory --results", str(both))
+    assert done.returncode == 0, done.stderr
+    lines = json.loads(done.stdout)
+    assert [(line["op"], line["run_id"], line["shape"]) for line in lines] == [
+        (op, "full-sweep", analysis.size_label(reach)) for op in ("add", "copy", "scale", "triad")
+    ]
+    past = full[full["size_bytes"] == reach].set_index("op")["median_rate"]
+    assert {line["op"]: line["median_rate"] for line in lines} == pytest.approx(past.to_dict())
+    assert all(line["ceiling"] and "sweep full-sweep" in line["choice"] for line in lines)
+    assert all("the only sweep past the caches; 1 sweep(s) with no array past 4x" in line["choice"] for line in lines)
+    device = limited["device"].iloc[0]
+    roof = ceilings_for(device, "cpu", "float32", analysis.roofline_frame(store.load_ceilings(both)))
+    assert roof.source == "measured" and roof.bandwidth_bytes_per_s == pytest.approx(past.max())
+    assert "memory from cpu sweep full-sweep" in roof.describe()
+
+    shown = tpubench("ceilings --show --results", str(alone))
+    assert shown.returncode == 0, shown.stderr
+    assert "(a cache's)" in shown.stdout and "not a ceiling but a cache's figure" in " ".join(shown.stdout.split())
+    lines = analysis.summary(store.load_ceilings(alone))
+    memory = lines[lines["kind"] == "memory"]
+    assert len(memory) == 4 and not memory["ceiling"].any() and memory["ratio"].isna().all()
+    frame = analysis.roofline_frame(store.load_ceilings(alone))
+    unset = frame[frame["kind"] == "memory"]  # one row that says why, and no figure for a roofline to take
+    assert len(unset) == 1 and unset["bytes_per_s"].isna().all() and "not a ceiling" in unset["sweep"].iloc[0]
+    assert ceilings_for(device, "cpu", "float32", frame).source == "none"
+
+
+@pytest.mark.nightly
+def test_a_limited_memory_sweep_after_a_full_one_leaves_the_full_ones_ceiling(tmp_path: Path) -> None:
+    """The new user's case, both sweeps real: `tpubench ceilings --kind memory` (to 4x the
+    last-level cache; about 30 s on a 2-core host), then the same with --max-size 2 MiB. The
+    newer, limited sweep's closing line calls its figure a cache's, and --show keeps reading
+    the full sweep's arrays past the caches."""
+    results = str(tmp_path / "results")
+    full = tpubench("ceilings --backend cpu --kind memory --results", results)
+    assert full.returncode == 0, full.stderr
+    assert "(arrays past 4x the last-level cache:" in " ".join(full.stdout.split()), full.stdout
+    limited = tpubench("ceilings --backend cpu --kind memory --max-size 2097152 --results", results)
+    assert limited.returncode == 0, limited.stderr
+    assert "a cache's figure: no array reached" in " ".join(limited.stdout.split()), limited.stdout
+    rows = store.load_ceilings(results)
+    first = rows.loc[rows["started_at"].idxmin(), "run_id"]
+    reach = analysis.cache_reach(rows["llc_bytes"].iloc[0])
+    done = tpubench("ceilings --show --json --results", results)
+    assert done.returncode == 0, done.stderr
+    lines = json.loads(done.stdout)
+    assert {(line["run_id"], line["ceiling"]) for line in lines} == {(first, True)}
+    largest = rows.loc[rows["run_id"] == first, "size_bytes"].max()  # the one size past the caches
+    assert largest >= reach and {line["shape"] for line in lines} == {analysis.size_label(largest)}
+
+
+def test_the_quietest_sweep_sets_the_ceiling_and_show_gives_the_spread(cpu_store: Path, tmp_path: Path) -> None:
+    """Four sweeps of the fixture's matmul points, as a busy host gives them: the newest two with
+    other processes on 60% and 50% of the CPUs, 4x and 2x slower; a quiet one (2%) with tight
+    samples, and a newer one as quiet (3%) whose samples spread wider. The quiet, tight one sets
+    the ceiling for --show, mfu_attained and the roofline, which say why; --show gives the spread
+    of the point over the four."""
+    real = store.load_ceilings(cpu_store)
+    matmul = real[real["kind"] == "matmul"]
+    quiet = another_sweep(matmul, "quiet", -40, other_cpu_share=0.02)
+    loose = another_sweep(matmul, "loose", -30, other_cpu_share=0.03)
+    loose = loose.assign(min_s=loose["min_s"] / 2)  # (p90 - min) / median wider
+    busy = another_sweep(matmul, "busy", -20, slower=2.0, other_cpu_share=0.5)
+    busier = another_sweep(matmul, "busier", -10, slower=4.0, other_cpu_share=0.6)
+    results = tmp_path / "results"
+    write_sweeps(results, quiet, loose, busy, busier)
+    ceilings = store.load_ceilings(results)
+
+    done = tpubench("ceilings --show --json --results", str(results))
+    assert done.returncode == 0, done.stderr
+    (line,) = json.loads(done.stdout)
+    best = quiet.loc[quiet["median_rate"].idxmax()]
+    assert (line["run_id"], line["shape"]) == ("quiet", best["shape"])
+    assert line["median_rate"] == pytest.approx(best["median_rate"])
+    assert line["point_sweeps"] == 4
+    assert (line["point_low"], line["point_high"]) == pytest.approx((best["median_rate"] / 4, best["median_rate"]))
+    shown = tpubench("ceilings --show --results", str(results))
+    assert f"4: {analysis.rate_text(best['median_rate'] / 4, 'FLOP/s')} to" in shown.stdout, shown.stdout
+    assert "sweep quiet" in shown.stdout
+    table = analysis.matmul_ceilings(ceilings)
+    assert table["ceiling_run_id"].tolist() == ["quiet"]
+    assert table["ceiling_flops_per_s"].tolist() == pytest.approx([best["median_rate"]])
+    assert analysis.roofline_frame(ceilings)["flops_per_s"].max() == pytest.approx(best["median_rate"])
+    chosen = analysis.choose(ceilings)
+    assert chosen["run_id"].tolist() == ["quiet"] and chosen["sweeps"].tolist() == [4]
+    assert "the tightest samples" in chosen["choice"].iloc[0]
+
+    # on their own, the busy sweeps: the quieter of the two, though older, and why
+    chosen = analysis.choose(ceilings[ceilings["run_id"].isin(["busy", "busier"])])
+    assert chosen["run_id"].tolist() == ["busy"]
+    assert "the quietest of 2 sweeps: other processes used 50% of the CPUs, 60% in the others" in chosen["choice"][0]
+    assert "measured on a busy host" in chosen["choice"][0]
 
 
 @pytest.mark.parametrize("group", [2, pytest.param(4, marks=pytest.mark.nightly)])

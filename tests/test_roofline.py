@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import in_process, one_error_line, tpubench
+from helpers import another_sweep, in_process, one_error_line, tpubench, write_sweeps
 from test_ops import copy_store, profiled, set_trace_path
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
@@ -252,18 +252,35 @@ def test_roofline_command_gives_the_table_and_summary_as_json(results: Path, cpu
 def test_roofline_reads_the_stores_measured_ceilings(results: Path, cpu_run: dict, tmp_path: Path) -> None:
     """Without --ceilings, the ceilings `tpubench ceilings` stored for the run's device are the
     roof (this CPU has no data sheet entry, so without them there is none): the best matmul
-    point of the run's dtype and the best STREAM point, as `ceilings --show` reads them."""
+    point of the run's dtype and the best STREAM point past the caches, as `ceilings --show`
+    reads them, from the sweeps it names. A memory sweep limited to 1 MiB (--max-size) measures
+    a cache: it sets no roof, and the run has none; an older sweep with arrays past the caches
+    (its rows as a sweep without --max-size writes them) sets it, and the output names it."""
     measured = copy_store(results, tmp_path / "measured")
     for line in ("--kind matmul --max-size 128", "--kind memory --max-size 1048576"):
         done = tpubench(f"ceilings --backend cpu {line} --dtype float32 --results", str(measured))
         assert done.returncode == 0, done.stderr
+    done = in_process(f"roofline {cpu_run['run_id']} --json --results", str(measured))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ceilings"]["source"] == "none"  # a 1 MiB copy is no memory ceiling
+    shown = in_process(f"roofline {cpu_run['run_id']} --results", str(measured))
+    assert "note: no measured memory roof: memory from cpu sweep" in " ".join(shown.stdout.split())
+
+    points = store.load_ceilings(measured)
+    limited = points[points["kind"] == "memory"]
+    write_sweeps(measured, another_sweep(limited, "full-sweep", -60, past_cache=4.0))
     points = store.load_ceilings(measured)
     best = ceilings_analysis.roofline_frame(points).groupby("kind")[["flops_per_s", "bytes_per_s"]].max()
+    reach = ceilings_analysis.cache_reach(limited["llc_bytes"].iloc[0])
+    past = points[(points["run_id"] == "full-sweep") & (points["size_bytes"] == reach)]
+    assert best.loc["memory", "bytes_per_s"] == pytest.approx(past["median_rate"].max())
     done = in_process(f"roofline {cpu_run['run_id']} --json --results", str(measured))
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)["ceilings"]
-    assert found["source"] == "measured"
+    assert found["source"] == "measured" and "memory from cpu sweep full-sweep" in found["sweeps"]
     assert found["ridge"] == pytest.approx(best.loc["matmul", "flops_per_s"] / best.loc["memory", "bytes_per_s"])
+    shown = in_process(f"roofline {cpu_run['run_id']} --results", str(measured))
+    assert "memory from cpu sweep full-sweep" in " ".join(shown.stdout.split())
 
 
 @pytest.mark.nightly

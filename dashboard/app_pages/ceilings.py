@@ -8,6 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
+from tpubench.analysis import ceilings as ceilings_analysis
+from tpubench.analysis.ceilings import across_text, rate_text, time_text
 
 #: each kind's curve: its x axis and the unit its rate is shown in
 AXES = {
@@ -31,7 +33,10 @@ def curve(points: pd.DataFrame, kind: str, title: str) -> object:
 
 def summary_table(lines: pd.DataFrame) -> pd.DataFrame:
     """``tpubench ceilings --show``'s table (``lines``: :func:`tpubench.analysis.ceilings.summary`): each line's
-    best point beside the data sheet."""
+    best point beside the data sheet, its rates in GFLOP/s, TFLOP/s or GB/s as ``--show`` prints them, and
+    how far the sweeps of that point spread."""
+    records = lines.to_dict("records")
+    latency = [line["kind"] == "latency" for line in records]
     return pd.DataFrame(
         {
             "backend": lines["backend"],
@@ -41,14 +46,33 @@ def summary_table(lines: pd.DataFrame) -> pd.DataFrame:
             "dtype": lines["dtype"],
             "N": lines["devices"],
             "best at": lines["shape"],
-            "median": lines["median_rate"],
-            "max": lines["max_rate"],
-            "unit": lines["rate_unit"],
-            "median µs": lines["median_s"] * 1e6,
-            "data sheet": lines["datasheet"],
+            "median": [
+                (time_text(line["median_s"]) if slow else rate_text(line["median_rate"], line["rate_unit"]))
+                + ("" if line["ceiling"] else " (a cache's)")
+                for line, slow in zip(records, latency, strict=True)
+            ],
+            "max": [
+                "-" if slow else rate_text(line["max_rate"], line["rate_unit"])
+                for line, slow in zip(records, latency, strict=True)
+            ],
+            "data sheet": [rate_text(line["datasheet"], line["rate_unit"]) for line in records],
             "measured / data sheet %": lines["ratio"].astype("Float64") * 100,
+            "across sweeps": [across_text(line) for line in records],
             "simulated": lines["simulated"],
-        }
+        },
+        index=lines.index,
+    )
+
+
+def choices(lines: pd.DataFrame) -> list[str]:
+    """Each line's sweep and why it (:func:`tpubench.analysis.ceilings.choose`), once per sweep and key."""
+    return list(
+        dict.fromkeys(
+            f"{line['backend']} {line['kind']} {line['dtype']}"
+            + (f" x{int(line['devices'])}" if line["devices"] > 1 else "")
+            + f": {line['choice']}"
+            for line in lines.to_dict("records")
+        )
     )
 
 
@@ -67,12 +91,18 @@ def main() -> None:
         st.code(HINT.format(results=data.stores(view.results)[0]), language="bash")
         return
     st.caption(
-        "Medians of each point's samples (hover: the max), from the latest sweep of each device. A run's "
+        "Medians of each point's samples (hover: the max), from the quietest sweep of each device, kind and dtype "
+        "(the fewest other processes on the CPUs, then the tightest samples); a memory sweep whose arrays never got "
+        f"past {ceilings_analysis.LLC_MULTIPLE}x the last-level cache measures the cache and sets no ceiling. A run's "
         "MFU of measured ceiling (Overview, Compare) is its FLOP/s per device over the best matmul median of its "
         "device and dtype. Simulated devices (gloo ranks or PJRT CPU devices sharing the host) show the plumbing, "
         "not a link."
     )
-    ui.table(summary_table(data.ceilings_summary(view.results)).style.format(precision=3, thousands=",", na_rep="-"))
+    lines = data.ceilings_summary(view.results)
+    ui.table(summary_table(lines).style.format(precision=1, thousands=",", na_rep="-"))
+    with st.expander("Which sweep each line is read from, and why", expanded=not lines["ceiling"].all()):
+        for choice in choices(lines):
+            st.caption(choice)
     matmul = data.ceilings_curves(view.results, "matmul")
     if not matmul.empty:
         dtypes = sorted(matmul["dtype"].unique())

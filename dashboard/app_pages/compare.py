@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, state, ui
 from tpubench.analysis import compare
+from tpubench.analysis.ceilings import attained_text
 from tpubench.analysis.identity import config_labels
 from tpubench.analysis.select import SelectorError
 
@@ -133,6 +134,13 @@ def _verdict_style(cell: object) -> str:
     return f"color: {colour}; font-weight: 600" if colour and cell != "unchanged" else ""
 
 
+def attained_column(cross: pd.DataFrame, side: str) -> list[str]:
+    """A side's MFU of measured ceiling as every reader shows it (a ceiling its runs beat reads
+    as measured low, never as a figure: :func:`tpubench.analysis.ceilings.attained_text`)."""
+    low = cross.get(f"{side}_ceiling_low", pd.Series(False, index=cross.index))
+    return [attained_text(v, flag) for v, flag in zip(cross[f"{side}_mfu_attained"], low, strict=True)]
+
+
 def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
     percent = lambda v: None if pd.isna(v) else 100 * v  # noqa: E731
     return pd.DataFrame(
@@ -145,8 +153,8 @@ def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
             "speedup x": cross["speedup"],
             "MFU baseline %": cross["base_mfu"].map(percent),
             "MFU candidate %": cross["test_mfu"].map(percent),
-            "MFU of measured ceiling baseline %": cross["base_mfu_attained"].map(percent),
-            "MFU of measured ceiling candidate %": cross["test_mfu_attained"].map(percent),
+            "MFU of measured ceiling baseline": attained_column(cross, "base"),
+            "MFU of measured ceiling candidate": attained_column(cross, "test"),
             "tokens/s baseline": cross["base_tokens_per_s"],
             "tokens/s candidate": cross["test_tokens_per_s"],
             "USD/h baseline": cross["base_usd_per_hour"],

@@ -9,6 +9,7 @@ import streamlit as st
 from dashboard import charts, data, state, ui
 from reports import summary_table
 from tpubench.analysis import memory as memory_analysis
+from tpubench.analysis.ceilings import CEILING_LOW
 from tpubench.analysis.identity import config_labels
 from tpubench.hostload import BUSY_SHARE, is_busy
 
@@ -32,7 +33,13 @@ def matrix(summary: pd.DataFrame, value: str) -> pd.DataFrame:
     frame["column"] = frame["backend"] + " (" + frame["device"].fillna("no device") + ")"
     read = VALUES[value][1]
     frame["cell"] = [
-        (read(row[value]) if row["status"] == "ok" or value == "status" else NOT_OK_MARK + row["status"])
+        (
+            CEILING_LOW
+            if value == "mfu_attained" and row["status"] == "ok" and row.get("ceiling_low_runs")
+            else read(row[value])
+            if row["status"] == "ok" or value == "status"
+            else NOT_OK_MARK + row["status"]
+        )
         + (BUSY_MARK if row["host_busy_runs"] else "")
         for row in frame.to_dict("records")
     ]
@@ -109,9 +116,13 @@ def main() -> None:
         "ok: its status replaces the number. A cell marked ⚠ has runs measured on a busy host (other processes "
         f"used more than {100 * BUSY_SHARE:.0f}% of the CPUs): their times may be inflated. MFU is empty where the "
         "device has no peak FLOP/s entry (every CPU); MFU of measured ceiling where `tpubench ceilings` has not "
-        "measured the device's matmul ceiling for the dtype (the Ceilings page)."
+        "measured the device's matmul ceiling for the dtype (the Ceilings page); 'ceiling measured low' where a run "
+        "beat its ceiling, which a busy host or a small sweep measured low."
     )
     ui.table(matrix(summary, value).style.map(_style), hide_index=False, height="content")
+    if value == "mfu_attained":  # which measured ceiling the cells divide by, and why that sweep
+        for choice in dict.fromkeys(runs["ceiling_choice"].dropna()):
+            st.caption(f"Against {choice}")
     if summary["median_step_ms"].notna().any():
         st.plotly_chart(charts.step_bars(summary), key="overview-steps")
     ok = memory_analysis.with_breakdown(runs[runs["status"] == "ok"])  # labelled only where there is a bar

@@ -1039,6 +1039,8 @@ CROSS_COLUMNS = [
     "test_mfu",
     "base_mfu_attained",
     "test_mfu_attained",
+    "base_ceiling_low",
+    "test_ceiling_low",
     "base_tokens_per_s",
     "test_tokens_per_s",
     "base_usd_per_hour",
@@ -1099,11 +1101,14 @@ def cross_backend(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, pri
         tokens = runs["output_tokens_per_s"] if (runs["mode"] == "decode").all() else runs["tokens_per_s"]
         tokens_per_s = float(tokens.median()) if tokens.notna().any() else None
         price = device_price(device, device_kind(backend, device), prices)
+        # a run above its measured ceiling says the ceiling was measured low: no side's figure then
+        low = bool(runs["ceiling_low"].eq(True).any()) if "ceiling_low" in runs else False
         return {
             f"{prefix}_step_ms": float(runs["median_step_ms"].median()),
             f"{prefix}_mfu": float(runs["mfu"].median()) if runs["mfu"].notna().any() else None,
             # against the measured ceiling, where the runs were read with one (analysis.ceilings)
-            f"{prefix}_mfu_attained": _median_or_none(runs.get("mfu_attained")),
+            f"{prefix}_mfu_attained": None if low else _median_or_none(runs.get("mfu_attained")),
+            f"{prefix}_ceiling_low": low,
             f"{prefix}_tokens_per_s": tokens_per_s,
             f"{prefix}_usd_per_hour": price,
             f"{prefix}_tokens_per_usd": tokens_per_s * 3600 / price if price and tokens_per_s else None,

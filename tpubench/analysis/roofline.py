@@ -55,6 +55,7 @@ class RooflineCeilings:
     peak_flops: float | None  # FLOP/s of one device at the run's dtype
     bandwidth_bytes_per_s: float | None  # one device's memory bandwidth
     source: str  # "measured", "datasheet", or "none" (neither has the device)
+    sweeps: str | None = None  # measured: the sweeps the roofs came from, and why those
 
     @property
     def ridge(self) -> float | None:
@@ -75,6 +76,7 @@ class RooflineCeilings:
         return (
             f"{self.source} ceilings: {self.peak_flops / 1e12:,.3g} TFLOP/s, "
             f"{self.bandwidth_bytes_per_s / 1e9:,.4g} GB/s, ridge {self.ridge:,.3g} FLOP/byte"
+            + (f" ({self.sweeps})" if self.sweeps else "")
         )
 
 
@@ -95,9 +97,11 @@ def ceilings_for(device: str, device_kind: str, dtype: str, measured: pd.DataFra
     ``measured`` is a ceilings frame with columns ``kind`` ("matmul" or "memory"),
     ``device`` (as the runs table names it), ``dtype`` (a matmul row's; memory rows' may
     be null), ``flops_per_s`` (matmul rows: achieved FLOP/s) and ``bytes_per_s`` (memory
-    rows: achieved bytes/s). When it has a matmul row for (device, dtype) and a memory row
-    for the device, both ceilings are the best measured (the highest rate: a ceiling is
-    what the chip was seen to reach) and ``source`` is "measured". Otherwise both come from
+    rows: achieved bytes/s), and optionally ``sweep`` (where a row came from:
+    :func:`tpubench.analysis.ceilings.roofline_frame` says which sweep and why). When it has a
+    matmul row for (device, dtype) and a memory row for the device, both ceilings are the best
+    measured (the highest rate: a ceiling is what the chip was seen to reach), ``source`` is
+    "measured" and ``sweeps`` names the two rows' sweeps. Otherwise both come from
     the data sheet (``tpubench.peaks``, "datasheet"): the two are never mixed, so one
     chart's ridge point is one source's. ``source`` is "none" (figures None) where neither
     has the device, e.g. every CPU without measured ceilings.
@@ -107,10 +111,16 @@ def ceilings_for(device: str, device_kind: str, dtype: str, measured: pd.DataFra
         if missing:
             raise ValueError(f"a measured ceilings frame lacks {', '.join(missing)}; it needs {MEASURED_COLUMNS}")
         here = measured[measured["device"] == device]
-        matmul = here[(here["kind"] == "matmul") & (here["dtype"] == dtype)]["flops_per_s"].dropna()
-        memory = here[here["kind"] == "memory"]["bytes_per_s"].dropna()
+        matmul = here[(here["kind"] == "matmul") & (here["dtype"] == dtype)].dropna(subset=["flops_per_s"])
+        memory = here[here["kind"] == "memory"].dropna(subset=["bytes_per_s"])
         if len(matmul) and len(memory):
-            return RooflineCeilings(float(matmul.max()), float(memory.max()), "measured")
+            best = (
+                matmul.loc[matmul["flops_per_s"].astype(float).idxmax()],
+                memory.loc[memory["bytes_per_s"].astype(float).idxmax()],
+            )
+            sweeps = [row.get("sweep") for row in best if isinstance(row.get("sweep"), str)]
+            figures = float(best[0]["flops_per_s"]), float(best[1]["bytes_per_s"])
+            return RooflineCeilings(*figures, "measured", "; ".join(sweeps) or None)
     peak = peaks.lookup(device, device_kind)
     flops = peak.device_flops(dtype) if peak else None
     if peak is None or flops is None:

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tpubench.analysis.ceilings import LLC_MULTIPLE
+from tpubench.analysis.ceilings import LLC_MULTIPLE, UNKNOWN_LLC_REACH
 from tpubench.parallel import PROCESS_FAMILIES, SPMD_FAMILIES
 from tpubench.spec import RunSpec
 
@@ -184,15 +184,13 @@ def gemm_shapes(tokens: int = GEMM_TOKENS) -> list[tuple[str, int, int, int]]:
 MEMORY_MIN, COLLECTIVE_MIN = 2**20, 2**10
 COLLECTIVE_MAX = {"cpu": 2**24, "cuda": 2**30, "tpu": 2**30}
 COLLECTIVE_MAX_FULL = {"cpu": 2**27, "cuda": 2**33, "tpu": 2**33}
-#: where the last-level cache is unknown (a TPU), arrays up to this
-MEMORY_MAX_UNKNOWN = 2**30
 
 
 def memory_sizes(llc_bytes: int | None, full: bool, max_size: int | None) -> list[int]:
     """Bytes per array of a STREAM sweep: from 1 MiB (below any LLC worth the name), by
     doubling, to the first size at least :data:`LLC_MULTIPLE` times the last-level cache (a
     50 MiB L2: 256 MiB); --full goes 4x further. ``max_size`` caps it."""
-    top = LLC_MULTIPLE * llc_bytes if llc_bytes else MEMORY_MAX_UNKNOWN
+    top = LLC_MULTIPLE * llc_bytes if llc_bytes else UNKNOWN_LLC_REACH
     top = 1 << (max(top, 4 * MEMORY_MIN) * (4 if full else 1) - 1).bit_length()  # a power of two at or above it
     return powers_of_two(MEMORY_MIN, min(top, max_size) if max_size else top)
 
@@ -202,14 +200,6 @@ def collective_sizes(device_kind: str, full: bool, max_size: int | None) -> list
     top = (COLLECTIVE_MAX_FULL if full else COLLECTIVE_MAX).get(device_kind, 2**24)
     top = min(top, max_size) if max_size else top
     return [size for size in powers_of_two(COLLECTIVE_MIN, top) if (size.bit_length() - 1) % 2 == 0]
-
-
-def size_label(size: int) -> str:
-    """Bytes in the binary unit that reads best: ``64 KiB``, ``128 MiB``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:g} {unit}"
-    return f"{size} B"
 
 
 def estimate_bytes(kind: str, size: int, dtype: str, devices: int = 1) -> int:

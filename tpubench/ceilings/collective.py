@@ -25,8 +25,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tpubench.analysis.ceilings import size_label
 from tpubench.analysis.collectives import busbw_factor
-from tpubench.ceilings import COLLECTIVES, ITEMSIZE, CeilingSpec, collective_sizes, family, size_label
+from tpubench.ceilings import COLLECTIVES, ITEMSIZE, CeilingSpec, collective_sizes, family
 from tpubench.ceilings.device import DeviceFacts
 from tpubench.ceilings.timing import Samples, failed_point, point_columns, sample
 from tpubench.hostload import job_columns

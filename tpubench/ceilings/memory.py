@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from tpubench.ceilings import ITEMSIZE, STREAM_ARRAYS, STREAM_KERNELS, CeilingSpec, memory_sizes, size_label
+from tpubench.analysis.ceilings import size_label
+from tpubench.ceilings import ITEMSIZE, STREAM_ARRAYS, STREAM_KERNELS, CeilingSpec, memory_sizes
 from tpubench.ceilings.device import DeviceFacts
 from tpubench.ceilings.timing import failed_point, point_columns, sample
 

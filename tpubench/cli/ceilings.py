@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tpubench import ceilings
+from tpubench.analysis.ceilings import across_text, rate_text, time_text
+from tpubench.analysis.nulls import is_missing
 from tpubench.backends import BACKENDS, get_backend
 from tpubench.cli.common import BadInput, app, choose, console, key_values, writable_results
 from tpubench.cli.planning import pythons
@@ -25,21 +27,6 @@ from tpubench.runner import SuiteRunner, run_ceilings
 
 #: the tensor dtypes of the kinds other than matmul (TF32 and fp8 are matmul modes)
 TENSOR_DTYPES = ("float32", "bfloat16", "float16")
-#: the prefixes a rate is shown with, largest first
-PREFIXES = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
-
-
-def _known(value: Any) -> bool:
-    """Neither None nor NaN (a null that came through a DataFrame)."""
-    return value is not None and value == value
-
-
-def _rate(value: Any, unit: Any) -> str:
-    """A FLOP/s or B/s figure with the largest prefix that keeps it at or above 1."""
-    if not _known(value) or not isinstance(unit, str):
-        return "-"
-    prefix, scale = next(((p, s) for p, s in PREFIXES if value >= s), ("", 1.0))
-    return f"{value / scale:,.3g} {prefix}{unit}"
 
 
 #: the smallest point of each kind's sweep: a --max-size below it leaves the kind nothing
@@ -69,7 +56,8 @@ def show(results: str, selector: str | None, as_json: bool) -> None:
         print(lines.to_json(orient="records", date_format="iso", indent=1))
         return
     table = Table(title=f"measured ceilings ({results}): headline = median of the best point's samples")
-    for header in ("backend", "device", "kind", "op", "dtype", "n", "best at", "median", "max", "data sheet", "ratio"):
+    headers = ("backend", "device", "kind", "op", "dtype", "n", "best at", "median", "max", "data sheet", "ratio")
+    for header in (*headers, "across sweeps"):
         table.add_column(header, justify="right" if header in ("n", "median", "max", "data sheet", "ratio") else "left")
     for row in lines.to_dict("records"):
         latency = row["kind"] == "latency"
@@ -81,12 +69,24 @@ def show(results: str, selector: str | None, as_json: bool) -> None:
             row["dtype"],
             str(int(row["devices"])),
             str(row["shape"]),
-            f"{row['median_s'] * 1e6:,.1f} us" if latency else _rate(row["median_rate"], row["rate_unit"]),
-            "-" if latency else _rate(row["max_rate"], row["rate_unit"]),
-            _rate(row["datasheet"], row["rate_unit"]),
-            f"{100 * row['ratio']:.1f}%" if _known(row["ratio"]) else "-",
+            (time_text(row["median_s"]) if latency else rate_text(row["median_rate"], row["rate_unit"]))
+            + ("" if row["ceiling"] else " (a cache's)"),
+            "-" if latency else rate_text(row["max_rate"], row["rate_unit"]),
+            rate_text(row["datasheet"], row["rate_unit"]),
+            "-" if is_missing(row["ratio"]) else f"{100 * row['ratio']:.1f}%",
+            across_text(row),
         )
     console.print(table)
+    console.print("each line's sweep (--select narrows the sweeps it is chosen from):", highlight=False)
+    for key, choice in dict.fromkeys(
+        (
+            f"{row['backend']} {row['kind']} {row['dtype']}"
+            + (f" x{int(row['devices'])}" if row["devices"] > 1 else ""),
+            row["choice"],
+        )
+        for row in lines.to_dict("records")
+    ):
+        console.print(f"  {key}: {choice}", highlight=False)
 
 
 def check_backend(
@@ -168,16 +168,28 @@ def _summary_line(spec: ceilings.CeilingSpec, rows: list[dict[str, Any]]) -> str
     ok = [row for row in rows if row["status"] == "ok" and row.get("median_s") is not None]
     if not ok:
         return f"  {spec.label()}: {rows[0]['status']}: {rows[0].get('error')}"
-    rated = [row for row in ok if row.get("median_rate") is not None]
-    if not rated:
-        best = min(ok, key=lambda row: row["median_s"])
-        return f"  {spec.label()}: ok, {len(ok)} points; {best['op']} {best['median_s'] * 1e6:,.1f} us"
-    best = max(rated, key=lambda row: row["median_rate"])
+    import pandas as pd
+
+    from tpubench.analysis import ceilings as analysis
+
+    points = pd.DataFrame(ok)
+    best = analysis.best_point(points)
+    if is_missing(best.get("median_rate")):
+        return f"  {spec.label()}: ok, {len(ok)} points; {best['op']} {time_text(best['median_s'])}"
     failed = len(rows) - len(ok)
-    return (
+    line = (
         f"  {spec.label()}: ok, {len(ok)} points{f' ({failed} failed)' if failed else ''}; best "
-        f"{best['op']} {best['dtype']} {_rate(best['median_rate'], best['rate_unit'])} at {best['shape']}"
+        f"{best['op']} {best['dtype']} {rate_text(best['median_rate'], best['rate_unit'])} at {best['shape']}"
     )
+    if spec.kind == "memory" and best["op"] in analysis.STREAM_OPS:
+        reach = analysis.size_label(analysis.cache_reach(best.get("llc_bytes")))
+        line += (
+            f" (arrays past {analysis.LLC_MULTIPLE}x the last-level cache: {reach} and up)"
+            if analysis.past_cache(points)[best.name]
+            else f", a cache's figure: no array reached {reach} ({analysis.LLC_MULTIPLE}x the last-level cache), "
+            "so this sweep sets no memory ceiling"
+        )
+    return line
 
 
 @app.command("ceilings")

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from tpubench import store
 from tpubench.analysis import compare
+from tpubench.analysis.ceilings import attach_attained, attained_text
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
 from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
 from tpubench.analysis.nulls import is_missing
@@ -74,8 +75,6 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
 def with_attained(runs: pd.DataFrame, results: str) -> pd.DataFrame:
     """``runs`` with ``mfu_attained`` against the ceilings measured in the store at ``results``
     (null for every run where it has none: docs/ceilings.md)."""
-    from tpubench.analysis.ceilings import attach_attained
-
     return attach_attained(runs, store.load_ceilings(results))
 
 
@@ -193,8 +192,8 @@ def cross_table(cross: pd.DataFrame) -> Table:
             _number(row["speedup"]),
             "-" if pd.isna(row["base_mfu"]) else f"{100 * row['base_mfu']:.1f}%",
             "-" if pd.isna(row["test_mfu"]) else f"{100 * row['test_mfu']:.1f}%",
-            "-" if pd.isna(row["base_mfu_attained"]) else f"{100 * row['base_mfu_attained']:.1f}%",
-            "-" if pd.isna(row["test_mfu_attained"]) else f"{100 * row['test_mfu_attained']:.1f}%",
+            attained_text(row["base_mfu_attained"], row.get("base_ceiling_low")),
+            attained_text(row["test_mfu_attained"], row.get("test_ceiling_low")),
             _number(row["base_tokens_per_usd"], 0),
             _number(row["test_tokens_per_usd"], 0),
             _number(row["cost_ratio"]),
@@ -266,10 +265,11 @@ def compare_command(
     chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
     frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
+    ceilings_read: list[str] = []
     if not set(compare.SIDE_KEYS) <= set(keys):
-        cross = compare.cross_backend(
-            with_attained(chosen_baseline.runs, base_store), with_attained(chosen_candidate.runs, results), price_table
-        )
+        sides = with_attained(chosen_baseline.runs, base_store), with_attained(chosen_candidate.runs, results)
+        cross = compare.cross_backend(*sides, price_table)
+        ceilings_read = list(dict.fromkeys(pd.concat([side["ceiling_choice"] for side in sides]).dropna()))
     counts = compare.verdict_counts(frame)
     if markdown is not None:
         from reports.markdown import comparison_markdown, cross_markdown
@@ -300,6 +300,8 @@ def compare_command(
             console.print(f"({hidden} unchanged row(s) of other metrics not shown; --all shows them)")
         if not cross.empty:
             console.print(cross_table(cross))
+            for choice in ceilings_read:  # which measured ceiling "MFU att." divides by, and why that sweep
+                console.print(f"MFU att. against {choice}", highlight=False)
         why = compare.overall_reason(frame)
         # the keys some compared run sets: a dimension no workload here takes is not news, nor
         # is the layout of one-device runs

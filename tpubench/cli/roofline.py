@@ -120,6 +120,10 @@ def show_roofline(
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}")
     source = table["source"].iloc[0] if len(table) else "no"
     console.print(f"{source} ops against {found.describe()}", highlight=False)
+    if found.source != "measured" and measured is not None and "sweep" in measured:
+        unset = measured[(measured["device"] == _value(run, "device")) & measured["bytes_per_s"].isna()]
+        for sweep in unset["sweep"].dropna().unique():  # a memory sweep that measured a cache
+            console.print(f"note: no measured memory roof: {sweep}", highlight=False)
     if found.ridge is None:
         console.print(
             "note: without ceilings no op is placed against a roof (bound, ceiling and savings stay empty); "
@@ -186,6 +190,7 @@ def _emit_json(
                     "bandwidth_bytes_per_s": found.bandwidth_bytes_per_s,
                     "source": found.source,
                     "ridge": found.ridge,
+                    "sweeps": found.sweeps,
                 },
                 "ops": records(table),
                 "by_bound": records(split),
@@ -215,7 +220,8 @@ def _print_table(table: pd.DataFrame) -> None:
             _si(row["achieved_flops_per_s"], ""),
             _si(row["achieved_bytes_per_s"], ""),
             _si(row["ceiling_flops_per_s"], ""),
-            _pct(row["ceiling_fraction"]),
+            # above its ceiling: the ceiling was measured low (or the trace times the op short), no figure
+            "above" if row["ceiling_fraction"] > analysis.ABOVE_CEILING else _pct(row["ceiling_fraction"]),
             _text(row["bound"], analysis.UNCOUNTED),
             _text(row["flops_source"], "-"),
         )
