@@ -244,10 +244,11 @@ def run_index(results: str) -> Loaded:
 
 
 def configuration_codes(runs: pd.DataFrame) -> pd.Series:
-    """Each run's configuration (:data:`CONFIG_KEYS`, read as :func:`identity.configurations`
-    reads it) as one number, equal for runs of one configuration: computed once with the index,
-    so that pairing nights (:func:`last_two_nights`, on every rerun of Compare) compares numbers."""
-    return identity.configurations(runs).groupby(list(CONFIG_KEYS), dropna=False, sort=False).ngroup()
+    """Each run's configuration as Compare may pair it (:data:`CONFIG_KEYS`, read as
+    :func:`identity.pairable` reads it: a 1-device run under a plan pairs with plain ones) as
+    one number, equal for runs that would pair: computed once with the index, so that pairing
+    nights (:func:`last_two_nights`, on every rerun of Compare) compares numbers."""
+    return identity.pairable(runs).groupby(list(CONFIG_KEYS), dropna=False, sort=False).ngroup()
 
 
 @dataclass(frozen=True)

@@ -776,17 +776,31 @@ def test_every_reader_keeps_a_configuration_apart_from_another_layout_or_model()
     }
 
 
-def test_a_one_device_run_is_one_whatever_plan_it_was_started_under():
+def test_a_one_device_run_keeps_its_plan_and_pairs_with_plain_runs_only_where_its_plan_has_none():
     """--devices 1,2 --parallel fsdp's 1-device runs apply no plan (tpubench.parallel.apply),
-    so they are the same computation as plain runs: Compare pairs them, and every reader
-    labels them as one device, as Scaling takes them for every plan's N = 1."""
+    but they are the runs the user asked for under fsdp: every reader keys and labels them
+    with it (``fsdp1``), so a dp and an fsdp 1-device run never pool (issue 45). Compare pairs
+    them with plain 1-device runs where the other side has no fsdp one, saying so, and pairs
+    plan with plan where both sides have it."""
     plain = side("a", BASE)
     fsdp = side("b", BASE, parallel="fsdp", scaling="weak")
     frame = compared(plain, fsdp)
     assert "unpaired" not in set(frame["verdict"]) and step_row(frame)["verdict"] == "unchanged"
+    assert "1-device runs of plan none against plan fsdp" in step_row(frame)["reason"]
     keyed = identity.configurations(runs_frame(fsdp[0]))
-    assert set(keyed["parallel"]) == {"none"} and keyed["scaling"].isna().all()
-    assert set(identity.config_labels(runs_frame(fsdp[0]))) == {"gpt2/tiny infer float32 4x128"}
+    assert set(keyed["parallel"]) == {"fsdp"} and keyed["scaling"].isna().all()
+    assert set(identity.config_labels(runs_frame(fsdp[0]))) == {"gpt2/tiny infer float32 4x128 fsdp1"}
+    # both plans on both sides: dp with dp, fsdp with fsdp, never across (dp 2x slower throughout)
+    both = lambda label, scale: (  # noqa: E731
+        *(part_dp + part_fsdp for part_dp, part_fsdp in zip(
+            side(f"{label}dp", [scale * m for m in BASE], parallel="dp"), side(f"{label}fsdp", BASE, parallel="fsdp"),
+            strict=True,
+        )),
+    )  # fmt: skip
+    frame = compared(both("a", 2.0), both("b", 2.0))
+    steps = frame[frame["metric"] == "step"]
+    assert sorted(steps["parallel"]) == ["dp", "fsdp"] and set(steps["verdict"]) == {"unchanged"}
+    assert steps["base_value"].max() / steps["base_value"].min() == pytest.approx(2.0, rel=0.05)
 
 
 @pytest.mark.parametrize("ties", [False, True])

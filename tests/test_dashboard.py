@@ -273,6 +273,7 @@ def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, 
                     (2, 100.0, {"collective_share": 0.3, "exposed_collective_share": 0.1}),
                     (4, 125.0, {"simulated": True}),
                     (2, 200.0, {"backend": "tpu", "device": "TPU v5 lite"}),
+                    (4, 150.0, {"hosts": 2}),
                 )
             ),
         ],
@@ -280,9 +281,13 @@ def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, 
     app = serve(results, "Scaling")
     headings = [heading.value for heading in app.subheader]
     assert "gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device" in headings
+    # a sweep over 2 hosts is a table of its own, N the devices over both hosts (issue 45)
+    hosts = frames(app)[headings.index("gpt2/124m cuda train bfloat16 fsdp on 2 hosts weak b8xs1024 per device")]
+    assert list(hosts["N"]) == [1, 4] and list(hosts["devices/host"]) == [1, 2], hosts
     assert "Simulated: virtual CPU devices" in texts(app) and charts(app) == 2
     tables = frames(app)
     cuda = next(table for table in tables if "N" in table and list(table["N"]) == [1, 2, 4])
+    assert "devices/host" not in cuda  # one host: no column for it
     assert list(cuda["status"]) == ["oom", "ok", "ok"] and list(cuda["baseline N"]) == [2, 2, 2]
     assert cuda["efficiency %"].tolist()[1:] == pytest.approx([100.0, 80.0])
     assert cuda["collectives % of step"].tolist()[1] == pytest.approx(30.0)
@@ -667,9 +672,10 @@ def test_pages_open_on_the_latest_invocation_with_something_to_show(serve, tmp_p
 
 def test_compare_opens_on_a_device_sweep_and_pairs_its_one_device_runs_with_plain_ones(serve, tmp_path: Path) -> None:
     """A night of plain 1-device runs, then a ``--devices 1,2 --parallel fsdp`` sweep: the
-    sweep's 1-device runs are 1-device runs (tpubench.analysis.identity), so Compare opens on
-    the sweep against the plain night and pairs them, as Scaling takes them for N = 1; only the
-    2-device configuration, which the plain night did not run, is unpaired."""
+    sweep's 1-device runs keep their plan (tpubench.analysis.identity) but pair with plain ones
+    where the other night ran none under it, so Compare opens on the sweep against the plain
+    night and pairs them, as Scaling takes a plain run for N = 1 where its plan has none; only
+    the 2-device configuration, which the plain night did not run, is unpaired."""
     results = tmp_path / "results"
     started = pd.Timestamp("2026-11-01T02:00:00Z").to_pydatetime()
     layouts = {

@@ -20,6 +20,7 @@ import pytest
 from helpers import in_process, one_error_line
 from multi_device_rows import run_row, write_runs
 
+from reports import build_report
 from tpubench import peaks, store
 from tpubench.analysis import collectives as intervals
 from tpubench.analysis import scaling
@@ -394,7 +395,7 @@ def test_scaling_prints_each_configuration_over_n_and_backends_at_equal_n(scalin
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device" in out
-    assert f"baseline: 2 device(s), run {rows[1]['run_id']}" in out
+    assert f"baseline: 2 devices, fsdp, 1 host, run {rows[1]['run_id']}" in out
     assert "80.0%" in out and "30% (10%)" in out and "3.00 / 2.00" in out and "oom" in out
     assert "4 *" in out and "* simulated" in out
     assert "backends at equal N" in out
@@ -428,6 +429,74 @@ def test_scaling_selects_runs_and_says_when_nothing_scales(scaling_store) -> Non
     assert [r["backend"] for r in json.loads(done.stdout)["configurations"]] == ["tpu"]
     done = in_process("scaling --select devices=1 --results", str(results))
     assert done.returncode == 0 and "no multi-device runs" in done.stdout and "--devices 1,2,4,8" in done.stdout
+
+
+def cpu_run(devices: int, parallel: str, tokens_per_device: float, hosts: int = 1) -> dict:
+    """A cpu gpt2/tiny train row as ``tpubench run --batch-size 4 --seq-len 32 --devices N
+    --parallel P [--hosts H]`` writes it: ``devices`` the total over the hosts, the batch the
+    global one, gloo ranks on one machine simulated; its step gives ``tokens_per_device``."""
+    columns = {
+        "backend": "cpu", "device": "AMD EPYC", "size": "tiny", "dtype": "float32", "seq_len": 32,
+        "batch_size": 4, "global_batch_size": 4, "per_device_batch_size": 4 // devices, "hosts": hosts,
+        "simulated": devices > 1, "host_skew_pct": 1.0 if hosts > 1 else None,
+    }  # fmt: skip
+    step_ms = 4 * 32 / (devices * tokens_per_device) * 1e3
+    return run_row(devices=devices, parallel=parallel, median_step_ms=step_ms, **columns)
+
+
+def test_scaling_over_hosts_reads_each_plan_against_its_own_one_device_run(tmp_path: Path) -> None:
+    """What a new user ran on one machine (issue 45): dp and fsdp on 1 device, on 2 devices of
+    one host and on 2 hosts of 1 device. 2-host runs read 100% against themselves (no 1-device
+    row shared their host count), and the dp table took the fsdp 1-device run, the latest, as
+    its baseline. Each plan's tables take that plan's 1-device run; the 2-host runs have their
+    own tables, labelled with the hosts, N the total devices (2 hosts x 1)."""
+    dp1, fsdp1 = cpu_run(1, "dp", 4080.0), cpu_run(1, "fsdp", 4100.0)  # fsdp's the later, as the user's
+    rows = [
+        dp1, fsdp1,
+        cpu_run(2, "dp", 3000.0), cpu_run(2, "fsdp", 2500.0),
+        cpu_run(2, "dp", 2766.0, hosts=2), cpu_run(2, "fsdp", 2034.0, hosts=2),
+    ]  # fmt: skip
+    results = write_runs(tmp_path / "results", rows)
+    found = json.loads(in_process("scaling --json --results", str(results)).stdout)["configurations"]
+    two = {(r["parallel"], r["hosts"]): r for r in found if r["devices"] == 2}
+    by_hand = {("dp", 1): 3000 / 4080, ("dp", 2): 2766 / 4080, ("fsdp", 1): 2500 / 4100, ("fsdp", 2): 2034 / 4100}
+    assert {key: row["efficiency"] for key, row in two.items()} == pytest.approx(by_hand)
+    assert round(100 * two["dp", 2]["efficiency"], 1) == 67.8 and round(100 * two["fsdp", 2]["efficiency"], 1) == 49.6
+    for (plan, _), row in two.items():
+        assert row["baseline_run_id"] == {"dp": dp1, "fsdp": fsdp1}[plan]["run_id"] and row["baseline_devices"] == 1
+    out = in_process("scaling --results", str(results)).stdout
+    assert "gpt2/tiny cpu train float32 dp on 2 hosts b4xs32" in out and "fsdp on 2 hosts" in out
+    assert f"baseline: 1 device, dp, 1 host, run {dp1['run_id']}" in out
+    assert "2 (2 hosts x 1) *" in out and "67.8%" in out and "49.6%" in out
+    assert out.count("100.0%") == 4  # each table's N = 1 row, and only those
+
+
+def test_report_keeps_each_plan_and_host_count_a_row_of_its_own(tmp_path: Path) -> None:
+    """Issue 45: a dp 1-device run (249 ms) and an fsdp one (125 ms) came out of ``report`` as
+    one row of median 187 ms labelled without a plan. Every reader keys and labels with
+    tpubench.analysis.identity: the plan even at 1 device, and the hosts (``dp2 on 2 hosts``)."""
+    rows = [
+        cpu_run(1, "dp", 4 * 32 / 0.249),
+        cpu_run(1, "fsdp", 4 * 32 / 0.125),
+        cpu_run(2, "dp", 2766.0),
+        cpu_run(2, "dp", 2766.0, hosts=2),
+    ]
+    results = write_runs(tmp_path / "results", rows)
+    out, md = tmp_path / "report.html", tmp_path / "report.md"
+    done = in_process("report --results", str(results), "--out", str(out), "--markdown", str(md))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in md.read_text().splitlines() if line.startswith("| gpt2/tiny")]
+    labels = {line.split(" | ")[0].removeprefix("| "): line for line in lines}
+    assert set(labels) == {
+        "gpt2/tiny train 4x32 dp1",
+        "gpt2/tiny train 4x32 fsdp1",
+        "gpt2/tiny train 4x32 dp2",
+        "gpt2/tiny train 4x32 dp2 on 2 hosts",
+    }, lines
+    assert " 249.00 " in labels["gpt2/tiny train 4x32 dp1"] and " 125.00 " in labels["gpt2/tiny train 4x32 fsdp1"]
+    assert "187" not in md.read_text()
+    summary = build_report(store.load_runs(results)).summary
+    assert len(summary) == 4 and summary["runs"].tolist() == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize(

@@ -47,8 +47,9 @@ def _shape(row: dict[str, Any]) -> str:
 
 
 def _devices(row: dict[str, Any]) -> str:
-    """The run's plan and degrees (``dp4``, ``fsdp2xtp2``); ``-`` for a one-device run."""
-    return parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size")) or "-"
+    """The run's plan, degrees and hosts (``dp4``, ``fsdp2xtp2``, ``dp2 on 2 hosts``), as every
+    reader of the store labels them; ``-`` for a one-device run with no plan."""
+    return parallel_label(row.get("parallel"), row.get("devices"), row.get("tp_size"), row.get("hosts")) or "-"
 
 
 def _status(row: dict[str, Any]) -> Text:

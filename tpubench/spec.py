@@ -33,13 +33,27 @@ PARALLEL_CHOICES = ("none", "dp", "fsdp", "tp", "fsdp_tp")
 SCALING_CHOICES = ("weak", "strong")
 
 
-def parallel_label(parallel: Any, devices: Any, tp_size: Any) -> str:
-    """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``: a run's plan and its degrees, from a spec
-    or a stored row (whose numbers may load as floats); "" for a run with no plan."""
-    if not isinstance(parallel, str) or parallel == "none":
-        return ""
-    devices, tp = int(devices), int(tp_size or 1)
-    return f"fsdp{devices // tp}xtp{tp}" if parallel == "fsdp_tp" else f"{parallel}{devices}"
+def parallel_label(parallel: Any, devices: Any, tp_size: Any, hosts: Any = 1) -> str:
+    """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``, ``dp2 on 2 hosts``: a run's plan and its
+    degrees (``devices`` the total over the hosts), then the hosts where there are several,
+    from a spec or a stored row (whose numbers may load as floats); "" for a run on one host
+    with no plan. A 1-device run started under a plan names it (``fsdp1``): it is a
+    configuration of its own (:mod:`tpubench.analysis.identity`)."""
+    plan = ""
+    if isinstance(parallel, str) and parallel != "none":
+        devices, tp = int(devices), int(tp_size or 1)
+        plan = f"fsdp{devices // tp}xtp{tp}" if parallel == "fsdp_tp" else f"{parallel}{devices}"
+    return " ".join(part for part in (plan, hosts_label(hosts)) if part)
+
+
+def hosts_label(hosts: Any) -> str:
+    """``on 2 hosts`` for a run over several hosts; "" for one (a row from before ``--hosts``
+    holds none: it ran on one)."""
+    try:
+        count = int(hosts)
+    except (TypeError, ValueError):  # None, NaN or pandas' NA: a row from before --hosts
+        count = 1
+    return f"on {count} hosts" if count > 1 else ""
 
 
 def shape_label(batch_size: int, dims: dict[str, int | None], gen_len: int | None = 0, *, prefix: str = "b") -> str:
@@ -144,9 +158,10 @@ class RunSpec:
             f"{model_label(self.workload, self.size, self.model_hash or self.model_ref)} "
             f"{self.backend} {self.mode} {self.dtype} {shape}"
         )
-        label = f"{label} {self.parallel_label()}" if self.parallel != "none" else label
-        return f"{label} on {self.hosts} hosts" if self.hosts > 1 else label
+        layout = self.parallel_label()
+        return f"{label} {layout}" if layout else label
 
     def parallel_label(self) -> str:
-        """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``: the plan and its degrees."""
-        return parallel_label(self.parallel, self.devices, self.tp_size)
+        """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``, ``dp2 on 2 hosts``: the plan, its degrees
+        and the hosts, as every reader of the store writes them (:func:`parallel_label`)."""
+        return parallel_label(self.parallel, self.devices, self.tp_size, self.hosts)

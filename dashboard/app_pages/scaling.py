@@ -15,6 +15,7 @@ from tpubench.analysis.prices import load_prices
 ALL = "all configurations"
 SHOWN = {
     "devices": "N",
+    "devices_per_host": "devices/host",
     "backend": "backend",
     "status": "status",
     "step_ms": "step ms",
@@ -23,6 +24,7 @@ SHOWN = {
     "mfu": "MFU %",
     "efficiency": "efficiency %",
     "baseline_devices": "baseline N",
+    "baseline_parallel": "baseline plan",
     "collective_share": "collectives % of step",
     "exposed_collective_share": "exposed %",
     "peak_mem_bytes": "peak GiB/device (max)",
@@ -36,6 +38,7 @@ PERCENT = ("mfu", "efficiency", "collective_share", "exposed_collective_share")
 CROSS = {
     "configuration": "configuration",
     "devices": "N",
+    "devices_per_host": "devices/host",
     "backend": "backend",
     "device": "device",
     "step_ms": "step ms",
@@ -82,9 +85,10 @@ def main() -> None:
     note = scaling.efficiency_note(shown)
     st.caption(
         f"The latest run of each configuration at each N. {note[:1].upper()}{note[1:]}. "
-        "The baseline is the 1-device run of the configuration, "
-        "else the smallest N that ran. Collectives: time per device per step in collectives (the union of their "
-        "intervals) as a share of the step; exposed: the part no compute overlapped."
+        "The baseline is the configuration's 1-device run under its plan, else a plain 1-device run (never "
+        "another plan's), else the smallest N that ran. Runs over several hosts have tables of their own "
+        '("on 2 hosts"), N the devices over all hosts. Collectives: time per device per step in collectives '
+        "(the union of their intervals) as a share of the step; exposed: the part no compute overlapped."
     )
     left, right = st.columns(2)
     left.plotly_chart(
@@ -97,7 +101,12 @@ def main() -> None:
     )
     for configuration, rows in shown.groupby("configuration", sort=False):
         st.subheader(str(configuration))
-        shown_columns = {column: name for column, name in SHOWN.items() if column != "backend"}  # in the heading
+        hosts = rows["hosts"].max() > 1  # devices per host: only where the table spans hosts
+        shown_columns = {
+            column: name
+            for column, name in SHOWN.items()
+            if column != "backend" and (hosts or column != "devices_per_host")  # the backend: in the heading
+        }
         ui.table(readable(rows, shown_columns).style.format(precision=2, thousands=",", na_rep="-"), links=("run",))
     if shown["simulated"].fillna(False).astype(bool).any():
         st.warning(scaling.SIMULATED_NOTE[0].upper() + scaling.SIMULATED_NOTE[1:] + ".")

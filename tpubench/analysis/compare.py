@@ -55,9 +55,10 @@ SIDE_KEYS = ("backend", "device")
 #: what two runs must share to be compared: their configuration
 #: (:data:`tpubench.analysis.identity.CONFIG_KEYS`) but for the sides compared.
 #: ``model_hash`` (a user's model's config or source) keeps a changed model from pairing with
-#: its old self; registered workloads' rows have it null, and pair as before; a multi-device
-#: run pairs only with the same layout (device count, plan, tensor-parallel degree, scaling:
-#: ``batch_size`` is its global batch), and a 1-device run with any other 1-device run
+#: its old self; registered workloads' rows have it null, and pair as before; a run pairs only
+#: with the same layout (device count, plan, tensor-parallel degree, scaling, hosts:
+#: ``batch_size`` is its global batch), but a 1-device run under a plan that the other side
+#: did not run at 1 device pairs with the other side's plain 1-device runs (:func:`pairs`)
 PAIR_KEYS = tuple(key for key in CONFIG_KEYS if key not in SIDE_KEYS)
 #: statuses that measured nothing: left out of comparisons
 UNTIMED = frozenset({"unavailable", "skipped"})
@@ -223,13 +224,34 @@ class Pair:
 
 def pairs(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, keys: list[str]) -> list[Pair]:
     """The configurations of two selections, paired on ``keys``, in the order
-    :func:`compare_runs` reports them; runs that measured nothing are left out."""
+    :func:`compare_runs` reports them; runs that measured nothing are left out.
+
+    A 1-device configuration under a plan (``--devices 1,2 --parallel fsdp``'s N = 1) that the
+    other side did not run pairs with the other side's plain 1-device runs of the same
+    computation, where there are some (:mod:`tpubench.analysis.identity`: the plan applies to
+    nothing on one device), so a sweep's night still compares with a night of plain runs;
+    the pair keeps the plan's key and its reason names both plans (:func:`_annotated`)."""
     baseline_runs, candidate_runs = configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs))
     base_groups, test_groups = _groups(baseline_runs, keys), _groups(candidate_runs, keys)
-    return [
-        Pair(dict(zip(keys, key, strict=True)), base_groups.get(key), test_groups.get(key))
-        for key in sorted(set(base_groups) | set(test_groups), key=lambda k: tuple(str(v) for v in k))
-    ]
+    order = sorted(set(base_groups) | set(test_groups), key=lambda k: tuple(str(v) for v in k))
+    found = {key: [base_groups.get(key), test_groups.get(key)] for key in order}
+    if {"devices", "parallel"} <= set(keys):
+        devices, plan = keys.index("devices"), keys.index("parallel")
+        taken = set()  # (plain key, side) that served a plan's 1-device configuration
+        for key, sides in found.items():
+            absent = [side is None for side in sides]
+            if key[devices] != 1 or key[plan] == "none" or absent.count(True) != 1:
+                continue
+            missing = absent.index(True)
+            plain = (*key[:plan], "none", *key[plan + 1 :])
+            partner = found.get(plain, [None, None])[missing]
+            if partner is not None:
+                sides[missing] = partner
+                taken.add((plain, missing))
+        for plain, side in taken:  # a plain configuration that paired only as a partner is no unpaired row
+            if found[plain][1 - side] is None:
+                del found[plain]
+    return [Pair(dict(zip(keys, key, strict=True)), base, test) for key, (base, test) in found.items()]
 
 
 def samples_by_run(steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -355,6 +377,10 @@ def _annotated(rows: list[dict[str, Any]], base: pd.DataFrame, test: pd.DataFram
     and, across backends or devices, regression words swapped for difference words."""
     differences = environment_differences(base, test)
     env_text = f"; environment differs: {', '.join(differences)}" if differences else ""
+    plans = [set(side["parallel"]) if "parallel" in side else {"none"} for side in (base, test)]
+    if plans[0] != plans[1]:  # a plan's 1-device runs against plain ones (pairs)
+        named = [" and ".join(sorted(map(str, plan))) for plan in plans]
+        env_text += f"; 1-device runs of plan {named[0]} against plan {named[1]} (no plan applies to one device)"
     across = head["base_backend"] != head["test_backend"] or head["base_device"] != head["test_device"]
     sides = f"{head['base_backend']} ({head['base_device']}) → {head['test_backend']} ({head['test_device']})"
     for row in rows:

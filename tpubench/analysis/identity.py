@@ -2,19 +2,29 @@
 
 A configuration is what a run computes and where: :data:`tpubench.spec.KEY_FIELDS` (the
 identity ``--resume`` matches on: workload, size, backend, mode, dtype, shape, a user's
-model's ``model_hash``, and the layout: devices, plan, tensor-parallel degree, scaling) and
+model's ``model_hash``, and the layout: devices, plan, tensor-parallel degree, scaling, hosts) and
 the device it ran on. Summaries, reports, ``regressions`` and Trends, the Overview, Compare
 and the HUD export all group and label runs with this module, so that no reader pools runs
 that another keeps apart: with their own key lists, 1- and 2-device runs of one model read
 as one figure, and two ``hf:bert`` tasks (one reference, two ``model_hash`` values) drew as
 one Trends line.
 
-One decision is made here for all of them: **a 1-device run is a 1-device run, whatever plan
-it was started under.** :func:`tpubench.parallel.apply` leaves a one-device run's model as it
-is (the plan applies to nothing), so ``--devices 1,2 --parallel fsdp``'s 1-device rows are
-the same computation as ``--parallel none``'s; :func:`configurations` reads them with plan
-``none``, tensor-parallel degree 1 and no scaling. Compare then pairs them with plain runs,
-and Scaling, which already took a 1-device row as every plan's N = 1 point, agrees.
+Two decisions are made here for all of them:
+
+- **The plan is part of a configuration at every device count, the hosts too.** A 1-device
+  run started under a plan (``--devices 1,2 --parallel fsdp``'s N = 1) applies no plan
+  (:func:`tpubench.parallel.apply` leaves the model as it is), yet it is the run the user
+  asked for under that plan, and runs of two plans must never pool: ``report`` once gave a
+  dp 1-device run (249 ms) and an fsdp one (125 ms) as one row of median 187 ms (issue 45).
+  Its label names the plan (``4x32 fsdp1``); :func:`configurations` keeps it, and reads a
+  1-device row's tensor-parallel degree as 1 and its scaling as none (weak and strong are one
+  computation on one device). Runs over several hosts are configurations of their own
+  (``hosts``; ``devices`` is the total over them), labelled ``dp2 on 2 hosts``.
+- **Where two plans meet, they are named.** Compare pairs a 1-device run under a plan with a
+  plain 1-device run where the other side has no 1-device run of that plan (a sweep's N = 1
+  against a night of plain runs: :mod:`tpubench.analysis.compare`), and Scaling takes a plan's
+  own 1-device run as its N = 1 point, else a plain one, never another plan's
+  (:mod:`tpubench.analysis.scaling`); both say which run they took.
 """
 
 from __future__ import annotations
@@ -32,13 +42,14 @@ ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "scaling": None}
 #: a row from before multi-host runs ran on one host (as the store reads it: ``store.upgrade``)
 ONE_HOST = {"hosts": 1}
 #: what a shape label reads of a row (:func:`tpubench.analysis.shapes.shape_labels`)
-SHAPE_COLUMNS = frozenset({"batch_size", *DIMENSIONS, "gen_len", *ONE_DEVICE})
+SHAPE_COLUMNS = frozenset({"batch_size", *DIMENSIONS, "gen_len", *ONE_DEVICE, *ONE_HOST})
 
 
 def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with every :data:`CONFIG_KEYS` column, read as one configuration is: a column a
-    frame lacks (a store from before it) is null, or for the layout one device with no plan;
-    a 1-device row's plan is ``none`` (see the module doc). A copy; other columns as they were."""
+    frame lacks (a store from before it) is null, or for the layout one device with no plan on
+    one host; a 1-device row keeps its plan, with tensor-parallel degree 1 and no scaling (see
+    the module doc). A copy; other columns as they were."""
     frame = runs.copy()
     for column in CONFIG_KEYS:
         if column not in frame:
@@ -47,9 +58,19 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     devices = pd.to_numeric(frame["devices"]).fillna(1).astype("int64")
     one = devices == 1
     frame["devices"] = devices
-    frame["parallel"] = frame["parallel"].astype(object).where(frame["parallel"].notna() & ~one, "none")
+    frame["parallel"] = frame["parallel"].astype(object).where(frame["parallel"].notna(), "none")
     frame["tp_size"] = pd.to_numeric(frame["tp_size"]).fillna(1).astype("int64").where(~one, 1)
     frame["scaling"] = frame["scaling"].astype(object).where(frame["scaling"].notna() & ~one, None)
+    return frame
+
+
+def pairable(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`configurations`, with a 1-device row under a plan read as a plain one: what a run
+    may pair with when the other side did not run its plan at 1 device (the plan applies to
+    nothing there; :func:`tpubench.analysis.compare.pairs`). For a reader that asks whether
+    two selections would pair at all (the dashboard's choice of the night to compare with)."""
+    frame = configurations(runs)
+    frame["parallel"] = frame["parallel"].where(frame["devices"] != 1, "none")
     return frame
 
 
@@ -63,7 +84,8 @@ def spec_key(values: dict) -> tuple:
 
 def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = False) -> pd.Series:
     """Each row's configuration in words, as every table, chart and picker shows it:
-    ``gpt2/tiny train bfloat16 4x128 fsdp2``, then ``cuda (NVIDIA H100)`` with ``backend``
+    ``gpt2/tiny train bfloat16 4x128 fsdp2`` (``fsdp1`` for a 1-device run under a plan,
+    ``dp2 on 2 hosts`` over hosts: :func:`tpubench.spec.parallel_label`), then ``cuda (NVIDIA H100)`` with ``backend``
     (``frame`` may name the sides ``test_backend``/``test_device``), then a user's model's hash,
     ``model 68ee1cc9``, so that two models under one reference never read as one. A user's
     model is named as :func:`tpubench.spec.model_label` names it, by its workload, which says

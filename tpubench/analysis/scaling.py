@@ -8,11 +8,18 @@ judges.
 - **Configuration**: what a run computes and how it is split, without the device count
   (:data:`CONFIG_KEYS`). Weak scaling keeps the per-device batch, strong scaling the global
   one, so the batch in the key is the one the scaling keeps. Pure tp's degree is N itself;
-  2-D keeps its tp degree as it grows the data-parallel axis. A 1-device row is the same
-  computation whatever plan it was started under (the plan applies to nothing), so it is
-  every matching configuration's N = 1 point; old rows without ``devices`` are such rows.
+  2-D keeps its tp degree as it grows the data-parallel axis. The hosts are part of it: a
+  sweep over 2 hosts is a table of its own (``dp on 2 hosts``), N the devices over all its
+  hosts (hosts x devices per host), so that its N = 2 never meets one host's N = 2.
+- **N = 1**: a configuration's 1-device rows of the same computation and batch, started
+  under its plan (``--devices 1,2 --parallel fsdp``'s N = 1), else plain ones (``--parallel
+  none``; old rows without ``devices`` are such rows), never another plan's: a 1-device row
+  is the same computation whatever its plan (the plan applies to nothing), but a dp table
+  once took an fsdp run as its baseline where the dp one was in the store (issue 45).
+  1-device rows run on one host, so every host count's table shares them.
 - **Baseline**: the configuration's 1-device row that ran, else the smallest N that ran (1
-  device ran out of memory); the table names it (``baseline_devices``, ``baseline_run_id``).
+  device ran out of memory); the table names it (``baseline_devices``, ``baseline_run_id``,
+  and its plan and hosts: ``baseline_parallel``, ``baseline_hosts``).
 - **Efficiency** (torchtitan's TPS/GPU and MaxText's per-chip figures): weak, throughput per
   device at N over the same at the baseline; strong, speed-up x N0 / N.
 """
@@ -25,15 +32,18 @@ from typing import Any
 import pandas as pd
 
 from tpubench import peaks
-from tpubench.analysis.identity import CONFIG_KEYS, ONE_DEVICE
+from tpubench.analysis.identity import CONFIG_KEYS, ONE_DEVICE, ONE_HOST
 from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, device_kind, device_price
-from tpubench.spec import DIMENSIONS, shape_label
+from tpubench.spec import DIMENSIONS, hosts_label, shape_label
 
 #: the columns whose values make a configuration (with :func:`config_key`'s derived ones): every
-#: reader's configuration (:data:`tpubench.analysis.identity.CONFIG_KEYS`) but the layout and
-#: the batch, which scaling keys by what it keeps, and the device, which a table spans
+#: reader's configuration (:data:`tpubench.analysis.identity.CONFIG_KEYS`, the hosts included)
+#: but the layout and the batch, which scaling keys by what it keeps, and the device, which a
+#: table spans
 IDENTITY = tuple(key for key in CONFIG_KEYS if key not in ("device", "batch_size", *ONE_DEVICE))
+#: what a configuration computes: :data:`IDENTITY` less the hosts (its N = 1 rows ran on one)
+COMPUTATION = tuple(key for key in IDENTITY if key not in ONE_HOST)
 #: a configuration, as the columns :func:`with_keys` adds
 CONFIG_KEYS = (*IDENTITY, "parallel", "tp_key", "scaling", "batch_key")
 #: the statuses whose timings count
@@ -41,6 +51,7 @@ RAN = ("ok", "mismatch")
 #: the per-N table's columns, in order
 TABLE_COLUMNS = (
     "devices",
+    "devices_per_host",
     "run_id",
     "status",
     "step_ms",
@@ -50,6 +61,8 @@ TABLE_COLUMNS = (
     "efficiency",
     "baseline_devices",
     "baseline_run_id",
+    "baseline_parallel",
+    "baseline_hosts",
     "collective_share",
     "exposed_collective_share",
     "peak_mem_bytes",
@@ -90,7 +103,7 @@ SWEEP_HINT = "tpubench run --workload gpt2 --size 124m --devices 1,2,4,8 --paral
 SIMULATED_NOTE = (
     "simulated: virtual CPU devices or gloo ranks on one host; the mechanism ran, the timings mean nothing about a chip"
 )
-ANY = "*"  # a 1-device row's parallel and scaling: it belongs to every plan's N = 1
+ANY = "*"  # a 1-device row's parallel and scaling in a key: configurations() places it by its stored plan
 
 
 def normalised(runs: pd.DataFrame) -> pd.DataFrame:
@@ -284,23 +297,27 @@ def _latest_per_devices(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def configurations(runs: pd.DataFrame) -> list[tuple[dict[str, Any], pd.DataFrame]]:
-    """Each multi-device configuration and its rows over N, its N = 1 point included (the
-    1-device rows of the same computation and batch). Configurations without a row on more
-    than one device are left out: they do not scale anything."""
+    """Each multi-device configuration and its rows over N, its N = 1 point included: the
+    1-device rows of the same computation and batch started under its plan, else plain ones
+    (see the module doc). Configurations without a row on more than one device are left out:
+    they do not scale anything."""
     frame = with_keys(runs)
-    # the computation and batch of each row as one number: a configuration's N = 1 rows are the
-    # single-device rows with its number (comparing every single-device row column by column,
-    # per configuration, took half of the Scaling page's rerun on a year of nights)
-    computation = frame.groupby([*IDENTITY, "batch_key"], dropna=False, sort=False).ngroup()
+    # the computation and batch of each row as one number, the hosts left out: a configuration's
+    # N = 1 rows are the single-device rows with its number (comparing every single-device row
+    # column by column, per configuration, took half of the Scaling page's rerun on a year of nights)
+    computation = frame.groupby([*COMPUTATION, "batch_key"], dropna=False, sort=False).ngroup()
     multi = frame[frame["devices"] > 1]
     singles = frame[frame["devices"] == 1]
+    plans = singles["stored_parallel"]
     found = []
     group_keys = list(CONFIG_KEYS)
     for key, rows in multi.groupby(group_keys, dropna=False, sort=True):
         config = dict(zip(group_keys, key, strict=True))
         config = {name: (None if is_missing(value) else value) for name, value in config.items()}
         same = computation.loc[singles.index] == computation.loc[rows.index[0]]  # a group shares its computation
-        found.append((config, pd.concat([singles[same], rows]).sort_values("devices", kind="stable")))
+        own = same & (plans == config["parallel"])
+        ones = singles[own] if own.any() else singles[same & (plans == "none")]
+        found.append((config, pd.concat([ones, rows]).sort_values("devices", kind="stable")))
     return found
 
 
@@ -315,6 +332,7 @@ def scaling_table(rows: pd.DataFrame, scaling: str | None) -> pd.DataFrame:
         records.append(
             {
                 "devices": int(row["devices"]),
+                "devices_per_host": int(row["devices"]) // int(row["hosts"]),
                 "run_id": row.get("run_id"),
                 "status": row["status"],
                 "step_ms": row.get("median_step_ms") if ran else None,
@@ -323,6 +341,8 @@ def scaling_table(rows: pd.DataFrame, scaling: str | None) -> pd.DataFrame:
                 "efficiency": efficiency(row, baseline, scaling) if ran and baseline else None,
                 "baseline_devices": int(baseline["devices"]) if baseline else None,
                 "baseline_run_id": baseline.get("run_id") if baseline else None,
+                "baseline_parallel": _stored_plan(baseline) if baseline else None,
+                "baseline_hosts": int(baseline["hosts"]) if baseline else None,
                 **{
                     column: None if is_missing(row.get(column)) else row.get(column)
                     for column in (
@@ -339,10 +359,18 @@ def scaling_table(rows: pd.DataFrame, scaling: str | None) -> pd.DataFrame:
     return pd.DataFrame(records, columns=list(TABLE_COLUMNS))
 
 
+def _stored_plan(row: Mapping[str, Any]) -> str:
+    """The plan a row was started under (:func:`with_keys` keeps it beside the key's ``*``)."""
+    plan = row.get("stored_parallel", row.get("parallel"))
+    return "none" if is_missing(plan) else str(plan)
+
+
 def config_label(config: Mapping[str, Any], backend: bool = True) -> str:
-    """A configuration in one line: ``gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device``
-    (without the backend for a view across backends)."""
+    """A configuration in one line: ``gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device``,
+    ``gpt2/tiny cpu train float32 dp on 2 hosts b4xs32`` (without the backend for a view across
+    backends)."""
     plan = config["parallel"] if config["tp_key"] is None else f"{config['parallel']} tp{config['tp_key']}"
+    plan = " ".join(part for part in (plan, hosts_label(config.get("hosts"))) if part)
     words = [f"{config['workload']}/{config['size']}", *([config["backend"]] if backend else [])]
     words += [config["mode"], config["dtype"], plan]
     if config["scaling"]:

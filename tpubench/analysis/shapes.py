@@ -3,8 +3,9 @@
 One function for a whole frame, so the CLI, the reports and the dashboard label a shape
 alike: ``4x128+16`` (batch x tokens + generated), ``8xi224`` (pixels per side), ``2xl32``
 (latent pixels per side); with ``prefix="b"`` the form run labels use, ``b4xs128+g16``.
-A dimension a row's workload does not take is null, and left out. A multi-device run's
-layout follows (``8x128 fsdp2xtp2``), so no table or chart merges two layouts of one shape.
+A dimension a row's workload does not take is null, and left out. A run's layout
+follows (``8x128 fsdp2xtp2``, ``4x32 dp2 on 2 hosts``), so no table or chart merges two layouts
+of one shape.
 """
 
 from __future__ import annotations
@@ -50,14 +51,16 @@ def shape_labels(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
 
 
 def layout_labels(frame: pd.DataFrame) -> pd.Series:
-    """Each row's multi-device layout as :func:`tpubench.spec.parallel_label` writes it (``dp4``,
-    ``fsdp2xtp2``); "" for one device with no plan and for frames from before ``--devices``."""
+    """Each row's layout as :func:`tpubench.spec.parallel_label` writes it (``dp4``,
+    ``fsdp2xtp2``, ``fsdp1``, ``dp2 on 2 hosts``); "" for one device with no plan on one host
+    and for frames from before ``--devices``."""
     if not {"parallel", "devices"} <= set(frame.columns):
         return pd.Series("", index=frame.index, dtype="string")
     tp = frame["tp_size"] if "tp_size" in frame.columns else pd.Series(1, index=frame.index)
+    hosts = frame["hosts"] if "hosts" in frame.columns else pd.Series(1, index=frame.index)
     layouts = [
-        parallel_label(parallel, devices, tp_size) if isinstance(parallel, str) else ""
-        for parallel, devices, tp_size in zip(frame["parallel"], frame["devices"], tp, strict=True)
+        parallel_label(parallel, devices, tp_size, count) if isinstance(parallel, str) else ""
+        for parallel, devices, tp_size, count in zip(frame["parallel"], frame["devices"], tp, hosts, strict=True)
     ]
     return pd.Series(layouts, index=frame.index, dtype="string")
 

@@ -46,13 +46,29 @@ def _memory(row: dict[str, Any]) -> str:
     return text + (f" / {low / 2**30:,.2f}" if low is not None and low == low and low != high else "")
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _devices(row: dict[str, Any]) -> str:
+    """N, over hosts as hosts x devices per host (``2 (2 hosts x 1)``), ``*`` where simulated."""
+    per_host = int(row["devices_per_host"])
+    hosts = int(row["devices"]) // per_host
+    spread = f" ({hosts} hosts x {per_host})" if hosts > 1 else ""
+    return f"{row['devices']}{spread}" + (" *" if row["simulated"] else "")
+
+
+def _baseline(first: pd.Series) -> str:
+    """The baseline a configuration's efficiency divides by, with its plan and hosts:
+    ``baseline: 1 device, dp, 1 host, run ...`` (another plan's run never serves)."""
+    if pd.isna(first["baseline_devices"]):
+        return "baseline: none ran"
+    devices, hosts = _plural(int(first["baseline_devices"]), "device"), _plural(int(first["baseline_hosts"]), "host")
+    return f"baseline: {devices}, {first['baseline_parallel']}, {hosts}, run {first['baseline_run_id']}"
+
+
 def _config_table(config: str, rows: pd.DataFrame) -> Table:
-    first = rows.iloc[0]
-    baseline = (
-        f"baseline: {int(first['baseline_devices'])} device(s), run {first['baseline_run_id']}"
-        if pd.notna(first["baseline_devices"])
-        else "baseline: none ran"
-    )
+    baseline = _baseline(rows.iloc[0])
     table = Table(title=f"{config}\n{baseline}", title_justify="left")
     column = scaling.throughput_column(rows)
     throughput = column.removesuffix("_per_s_per_device") + "/s/device"
@@ -71,7 +87,7 @@ def _config_table(config: str, rows: pd.DataFrame) -> Table:
         table.add_column(header, justify="left" if header in ("status", "run") else "right")
     for row in rows.astype(object).where(rows.notna(), None).to_dict("records"):
         table.add_row(
-            str(row["devices"]) + (" *" if row["simulated"] else ""),
+            _devices(row),
             row["status"],
             _number(row["step_ms"], 2),
             _number(row[column], 1),
