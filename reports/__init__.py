@@ -191,8 +191,7 @@ def build_report(
             run = runs[runs["run_id"] == run_id]
             if run.empty:
                 continue
-            r = run.iloc[0]
-            label = f"{r['workload']}/{r['size']} {r['backend']} {r['mode']} ({run_id[:8]})"
+            label = f"{config_labels(run.iloc[[0]], dtype=False).iloc[0]} {run['backend'].iloc[0]} ({run_id[:8]})"
             top_ops[label] = rank(rows, n=top)
     return Report(
         title=title,

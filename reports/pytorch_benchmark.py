@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from tpubench.analysis.identity import configurations
 from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.steps import job_steps
 from tpubench.spec import DIMENSIONS
@@ -50,11 +51,15 @@ def _json_map(value: Any) -> dict[str, Any]:
 
 
 def _layout(run: dict[str, Any]) -> dict[str, str]:
-    """A multi-device run's layout (:data:`LAYOUT`), so that its series is not the one-device
-    run's of the same model; nothing for one device, whose records stay as they were."""
-    if pd.isna(run.get("devices")) or int(run["devices"]) <= 1:
-        return {}
-    return {key: _text(run.get(key)) for key in LAYOUT if pd.notna(run.get(key))}
+    """A run's layout (:data:`LAYOUT`, read as :func:`tpubench.analysis.identity.configurations`
+    reads it), so that its series is not another layout's of the same model: a multi-device
+    run's, its hosts where there are several; a 1-device run's plan where it was started under
+    one (a series of its own, as every reader keeps it); nothing for a plain 1-device run,
+    whose records stay as they were."""
+    hosts = {"hosts": str(int(run["hosts"]))} if int(run["hosts"]) > 1 else {}
+    if int(run["devices"]) == 1:
+        return {} if run["parallel"] == "none" else {"devices": "1", "parallel": str(run["parallel"]), **hosts}
+    return {key: _text(run.get(key)) for key in LAYOUT if pd.notna(run.get(key))} | hosts
 
 
 def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
@@ -64,7 +69,7 @@ def records(runs: pd.DataFrame, steps: pd.DataFrame) -> list[dict[str, Any]]:
     measured = steps[steps["phase"] == "measure"]
     samples = {run_id: group["step_ms"].dropna().tolist() for run_id, group in measured.groupby("run_id")}
     found = []
-    for run in runs[runs["status"] == "ok"].to_dict("records"):
+    for run in configurations(runs[runs["status"] == "ok"]).to_dict("records"):
         tags = _json_map(run.get("tags"))
         benchmark = {
             "name": "tpubench",

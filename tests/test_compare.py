@@ -658,6 +658,11 @@ def test_pytorch_benchmark_records_of_a_multi_rank_run_carry_the_job_and_its_lay
     assert (extra["devices"], extra["parallel"], extra["mesh"], extra["scaling"]) == ("2", "dp", "dp=2", "weak")
     one_device = records(runs_frame(side("b", [10.0], n=3)[0]), steps_frame(side("b", [10.0], n=3)[1]))
     assert "devices" not in one_device[0]["benchmark"]["extra_info"]  # one device's records stay as they were
+    # a 1-device run under a plan, and a run over hosts, are series of their own (issue 45)
+    fsdp1 = records(runs_frame(side("c", [10.0], parallel="fsdp")[0]), steps_frame([]))[0]["benchmark"]["extra_info"]
+    assert (fsdp1["devices"], fsdp1["parallel"]) == ("1", "fsdp") and "hosts" not in fsdp1
+    runs["hosts"] = 2
+    assert records(runs, steps_frame(steps_rows))[0]["benchmark"]["extra_info"]["hosts"] == "2"
 
 
 def test_reports_show_top_ops_of_profiled_runs():
@@ -681,9 +686,9 @@ def test_reports_show_top_ops_of_profiled_runs():
     )
     report = build_report(runs, ops=ops, top=2)
     ((label, top),) = report.top_ops.items()
-    assert label.startswith("gpt2/tiny cpu infer") and list(top["op"][:2]) == ["aten::mm", "aten::add"]
+    assert label == "gpt2/tiny infer 4x128 cpu (a0)" and list(top["op"][:2]) == ["aten::mm", "aten::add"]
     assert top["op"].iloc[-1].startswith("others (1 ops)")
-    assert "## Top ops: gpt2/tiny cpu infer" in markdown.render(report)
+    assert "## Top ops: gpt2/tiny infer 4x128 cpu (a0)" in markdown.render(report)
 
 
 def test_runs_needed_is_the_fewest_runs_with_the_power():
