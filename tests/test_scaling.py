@@ -433,15 +433,16 @@ def test_scaling_selects_runs_and_says_when_nothing_scales(scaling_store) -> Non
 
 def cpu_run(devices: int, parallel: str, tokens_per_device: float, hosts: int = 1) -> dict:
     """A cpu gpt2/tiny train row as ``tpubench run --batch-size 4 --seq-len 32 --devices N
-    --parallel P [--hosts H]`` writes it: ``devices`` the total over the hosts, the batch the
-    global one, gloo ranks on one machine simulated; its step gives ``tokens_per_device``."""
+    --parallel P [--hosts H]`` writes it (the columns of such a real 2-host run on 127.0.0.1):
+    ``devices`` the total over the hosts, weak scaling by default, so 4 per device and a global
+    batch of 4N; gloo ranks on one machine simulated; its step gives ``tokens_per_device``."""
     columns = {
         "backend": "cpu", "device": "AMD EPYC", "size": "tiny", "dtype": "float32", "seq_len": 32,
-        "batch_size": 4, "global_batch_size": 4, "per_device_batch_size": 4 // devices, "hosts": hosts,
-        "simulated": devices > 1, "host_skew_pct": 1.0 if hosts > 1 else None,
+        "scaling": "weak", "batch_size": 4 * devices, "global_batch_size": 4 * devices, "per_device_batch_size": 4,
+        "hosts": hosts, "mesh": f"{parallel}={devices}", "parallel_impl": {"dp": "ddp", "fsdp": "fsdp2"}[parallel]
+        if devices > 1 else None, "simulated": devices > 1, "host_skew_pct": 1.0 if hosts > 1 else None,
     }  # fmt: skip
-    step_ms = 4 * 32 / (devices * tokens_per_device) * 1e3
-    return run_row(devices=devices, parallel=parallel, median_step_ms=step_ms, **columns)
+    return run_row(devices=devices, parallel=parallel, median_step_ms=4 * 32 / tokens_per_device * 1e3, **columns)
 
 
 def test_scaling_over_hosts_reads_each_plan_against_its_own_one_device_run(tmp_path: Path) -> None:
@@ -465,7 +466,7 @@ def test_scaling_over_hosts_reads_each_plan_against_its_own_one_device_run(tmp_p
     for (plan, _), row in two.items():
         assert row["baseline_run_id"] == {"dp": dp1, "fsdp": fsdp1}[plan]["run_id"] and row["baseline_devices"] == 1
     out = in_process("scaling --results", str(results)).stdout
-    assert "gpt2/tiny cpu train float32 dp on 2 hosts b4xs32" in out and "fsdp on 2 hosts" in out
+    assert "gpt2/tiny cpu train float32 dp on 2 hosts weak b4xs32 per device" in out and "fsdp on 2 hosts" in out
     assert f"baseline: 1 device, dp, 1 host, run {dp1['run_id']}" in out
     assert "2 (2 hosts x 1) *" in out and "67.8%" in out and "49.6%" in out
     assert out.count("100.0%") == 4  # each table's N = 1 row, and only those
@@ -490,8 +491,8 @@ def test_report_keeps_each_plan_and_host_count_a_row_of_its_own(tmp_path: Path) 
     assert set(labels) == {
         "gpt2/tiny train 4x32 dp1",
         "gpt2/tiny train 4x32 fsdp1",
-        "gpt2/tiny train 4x32 dp2",
-        "gpt2/tiny train 4x32 dp2 on 2 hosts",
+        "gpt2/tiny train 8x32 dp2",
+        "gpt2/tiny train 8x32 dp2 on 2 hosts",
     }, lines
     assert " 249.00 " in labels["gpt2/tiny train 4x32 dp1"] and " 125.00 " in labels["gpt2/tiny train 4x32 fsdp1"]
     assert "187" not in md.read_text()
