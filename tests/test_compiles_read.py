@@ -22,6 +22,7 @@ from compile_rows import (
     write,
     xla_events,
 )
+from compile_workloads import line_of
 from helpers import in_process, one_error_line
 
 from tpubench import store
@@ -372,7 +373,6 @@ def test_compiles_without_a_run_lists_the_runs_with_events(results: Path) -> Non
 def test_compiles_of_a_real_run_names_the_shape_change_and_its_line(tmp_path: Path, compile_workloads: None) -> None:
     """A real cpu-compile run (Dynamo through aot_eager: the same records at a fraction of
     Inductor's compile time) of batches 8, 8, 12, 8, 16, read back by the command."""
-    from compile_workloads import line_of
     from helpers import tpubench
 
     results = tmp_path / "results"
