@@ -7,6 +7,7 @@ the protocol's input, and the protocol (not the backend) is what is under test.
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import torch
 
@@ -105,3 +106,55 @@ def test_first_step_compiles_tells_a_warm_first_step_from_a_cold_one() -> None:
     cold = run_protocol(spec(), ScriptedCompiles([0, 3, 3, 3, 3]), lambda: None)
     warm = run_protocol(spec(), ScriptedCompiles([2]), lambda: None)  # graphs already there: a cache served them
     assert (cold.first_step_compiles, warm.first_step_compiles) == (3, 0)
+
+
+class Watched(torch.Tensor):
+    """A loss whose reads to the host are logged: the protocol may read it only after the
+    last timed step and the final compile count."""
+
+    log: ClassVar[list[str]] = []
+
+    def cpu(self, *args, **kwargs) -> torch.Tensor:
+        Watched.log.append("read")
+        return self.as_subclass(torch.Tensor).cpu(*args, **kwargs)
+
+
+class Logged(ScriptedCompiles):
+    def timer(self) -> StepTimer:
+        timer = super().timer()
+        stop = timer.stop
+
+        def logged_stop() -> float:
+            Watched.log.append("stop")
+            return stop()
+
+        timer.stop = logged_stop
+        return timer
+
+    def compile_count(self) -> int:
+        Watched.log.append("count")
+        return super().compile_count()
+
+
+def test_a_train_steps_loss_is_stored_and_read_only_after_the_timed_steps() -> None:
+    Watched.log = []
+    values = iter(range(100))
+
+    def train_step() -> torch.Tensor:
+        return torch.tensor(float(next(values))).as_subclass(Watched)
+
+    measured = run_protocol(spec(mode="train", warmup=1, steps=3), Logged([0]), train_step)
+    assert [r.loss for r in measured.records] == [0.0, 1.0, 2.0, 3.0, 4.0]  # every step's, by step
+    reads = [i for i, event in enumerate(Watched.log) if event == "read"]
+    last_timed = max(i for i, event in enumerate(Watched.log) if event in ("stop", "count"))
+    assert len(reads) == 5 and min(reads) > last_timed, Watched.log
+    inferred = run_protocol(spec(mode="infer", warmup=1, steps=2), Logged([0]), train_step)
+    assert all(r.loss is None for r in inferred.records)  # an output that is no loss is not stored
+
+
+def test_the_train_step_returns_its_loss_before_the_update() -> None:
+    instance = load("gpt2", "tiny", batch_size=2, seq_len=8)
+    expected = instance.workload.loss(instance.model, instance.batch).item()
+    step = make_step(instance, instance.model, "train")
+    first, second = step(), step()
+    assert first.item() == expected and not first.requires_grad and second.item() < first.item()

@@ -30,7 +30,9 @@ from tpubench.backends.base import DEFAULT_WORKER_ENV
 from tpubench.hostload import HostLoad, busy_warning
 from tpubench.launch import ranks
 from tpubench.launch.process import classify, run_worker, worker_env
+from tpubench.measure import make_step
 from tpubench.spec import RunSpec
+from workloads import load
 
 TESTS_DIR = Path(__file__).resolve().parent
 #: what CI runs: every plan at the smallest world that has it, on both decoders
@@ -152,6 +154,19 @@ def marked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     assert not any(scratch.iterdir()), list(scratch.rglob("*"))
 
 
+def one_device_train_losses(steps: int, batch: int, seq_len: int) -> list[float]:
+    """gpt2 tiny's loss at each of ``steps`` of the worker's own train step, on one device, in
+    this process: with the system's temporary folder, as the caches torch makes in it on its
+    first optimizer step are not the run's debris that ``marked`` looks for."""
+    saved, tempfile.tempdir = tempfile.tempdir, None
+    try:
+        instance = load("gpt2", "tiny", batch_size=batch, seq_len=seq_len)
+        step = make_step(instance, instance.model, "train")
+        return [step().item() for _ in range(steps)]
+    finally:
+        tempfile.tempdir = saved
+
+
 def test_a_fsdp_run_merges_its_ranks_and_profiles_each(marked, tmp_path: Path) -> None:
     """The job's row: per step the slowest rank, every rank's samples, the spread and the
     memory of the ranks; each rank traces its own steps, and rank 0's ops are the row's."""
@@ -168,6 +183,11 @@ def test_a_fsdp_run_merges_its_ranks_and_profiles_each(marked, tmp_path: Path) -
     assert row["median_step_ms"] == pytest.approx(median(slowest))
     job = job_steps(pd.DataFrame(steps).assign(run_id="run"))  # what the readers sample
     assert sorted(job.loc[job["phase"] == "measure", "step_ms"]) == pytest.approx(sorted(slowest))
+    # each rank stored its own slice's loss at every step; their mean, the job's, is one device's
+    # (docs/multi-device.md: to 1e-5), read after the timed steps
+    assert all(step["loss"] is not None for step in steps)
+    job_losses = list(job.sort_values("step")["loss"])
+    assert job_losses == pytest.approx(one_device_train_losses(len(job_losses), batch=4, seq_len=16), rel=1e-5)
     assert row["tokens_per_s"] == pytest.approx(4 * 16 / (row["median_step_ms"] / 1e3))  # the global batch
     medians = json.loads(row["backend_metrics"])["rank_median_step_ms"]
     assert medians == pytest.approx([median(s["step_ms"] for s in rows) for rows in by_rank])

@@ -5,6 +5,10 @@ which drains the device before starting and after stopping; nothing inside the l
 reads a value back to the host, so the only synchronisation is the one timing needs.
 Within a step, the host time until the step function returns is read apart from the
 synchronised time, before the backend's ``after_step`` (XLA's graph cut and launch).
+
+A training step returns its loss as a device tensor; the protocol keeps every step's and
+reads them to the host only after the last step's timer and the compile count are read, so
+storing the loss adds no synchronisation, and no graph, to any timed region.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class StepRecord:
     compile_s: float | None = None  # seconds compiled during the step (captured; None: unknown)
     executions: int | None = None  # XLA: graph executions during the step
     host_reads: int | None = None  # XLA: device-to-host transfers during the step
+    loss: float | None = None  # train: the loss the step computed (before its update); read after the loop
 
 
 @dataclass
@@ -75,7 +80,8 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
     """One training step (forward, backward, AdamW) or one inference forward under no_grad.
 
     The inference step returns its output so the caller can keep it alive until the
-    device has computed it; the training step's results are the updated parameters.
+    device has computed it; the training step returns its loss, detached and unread (a
+    device tensor: :func:`run_protocol` reads it after the timed steps).
     A workload with a ``batch_schedule`` gets its n-th batch at its n-th call.
     """
     workload = instance.workload
@@ -84,10 +90,12 @@ def make_step(instance: Instance, model: torch.nn.Module, mode: str) -> Callable
         model.train()
         optimizer = torch.optim.AdamW(instance.model.parameters(), lr=1e-4)
 
-        def train_step() -> None:
-            workload.loss(model, next_batch()).backward()
+        def train_step() -> torch.Tensor:
+            loss = workload.loss(model, next_batch())
+            loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
 
         return train_step
     if mode == "infer":
@@ -188,9 +196,13 @@ def run_protocol(
     is opened before the first measured step and closed after the last, with more steps of the
     same kind (untimed) while the window is shorter than its counter needs. With
     ``spec.fail_on_recompile`` a compile during a measured step raises :class:`RecompileError`.
+    A train step's output (its loss, a device tensor) is kept and read into ``StepRecord.loss``
+    after the final compile count: reading it earlier would sync the device inside the loop.
     """
     timer = backend.timer()
     records: list[StepRecord] = []
+    losses: dict[int, Any] = {}  # step -> the train step's unread loss tensor
+    keep_loss = spec.mode == "train"
 
     def timed(phase: str, index: int) -> int | None:
         if capture:
@@ -200,6 +212,8 @@ def run_protocol(
         host = timer.lap()
         backend.after_step()
         elapsed = timer.stop()
+        if keep_loss and isinstance(output, torch.Tensor):
+            losses[index] = output
         del output
         backend.step_finished()
         count = backend.compile_count()
@@ -268,6 +282,7 @@ def run_protocol(
 
     final_count = backend.compile_count()
     recompiles = None if settled_count is None or final_count is None else final_count - settled_count
+    read_losses(records, losses)
     return Measurement(
         first_step_s=first_step_s,
         first_step_compiles=None if before is None or after_first is None else after_first - before,
@@ -280,6 +295,18 @@ def run_protocol(
         host_load=host_load,
         energy=reading,
     )
+
+
+def read_losses(records: list[StepRecord], losses: dict[int, Any]) -> None:
+    """Each record's loss from the step's kept tensor, read to the host one by one: every
+    tensor is already computed (its step's timer drained the device), so each read is a
+    transfer, never a graph (a ``torch.stack`` would compile one more on XLA). A rank's loss
+    is its own, over its slice of the batch: :func:`tpubench.analysis.steps.job_steps` gives
+    the job's, the mean over ranks."""
+    for record in records:
+        tensor = losses.get(record.step)
+        if tensor is not None and tensor.numel() == 1:  # a user's loss that is no scalar is no loss to store
+            record.loss = float(tensor.cpu())  # cast on the host: a cast on XLA is a graph
 
 
 def recompile_message(step: int, capture: Capture | None) -> str:

@@ -11,7 +11,8 @@ import pyarrow as pa
 from tpubench.serving import PERCENTILES
 
 #: 2: a decode run's tokens_per_s is output tokens per second (was prompt plus output tokens)
-SCHEMA_VERSION = 2
+#: 3: a train step's loss in the steps table, the runs' data seed (docs/schema.md)
+SCHEMA_VERSION = 3
 
 STATUSES = ("ok", "mismatch", "failed", "oom", "timeout", "crashed", "unavailable", "skipped")
 
@@ -115,6 +116,7 @@ RUNS = pa.schema(
         ("trainable_param_count", _int),
         ("active_param_count", _int),
         ("loss_source", _string),
+        ("seed", _int),
         ("execute_s", _float),
         ("cached_compiles", _int),
         ("fallback_op_count", _int),
@@ -177,6 +179,7 @@ STEPS = pa.schema(
         ("compile_s", _float),
         ("executions", _int),
         ("host_reads", _int),
+        ("loss", _float),
     ]
 )
 

@@ -303,6 +303,9 @@ def scan_table(
 UPGRADE_COLUMNS = ("schema_version", "mode", "output_tokens_per_s")
 
 
+#: the seed of every run stored before version 3 recorded it (``workloads.base.SEED`` then)
+SEEDED_BEFORE_V3 = 0
+
 #: what a runs row from before multi-device runs measured (``devices``, ``parallel``, ``tp_size`` null)
 ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "hosts": 1}
 
@@ -314,12 +317,19 @@ def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     tools' meaning and the same figure as ``output_tokens_per_s``; before, it counted the
     prompt's tokens too (over the median generation), a second meaning under one name.
     Rows without ``devices`` (written before multi-device runs) get :data:`ONE_DEVICE`.
+    Version 3 stored the data seed (``seed``); every run before it was built from
+    :data:`workloads.base.SEED`'s value, 0, which older rows get. Their steps keep ``loss``
+    null: it was not read.
     """
     if table != "runs":
         return frame
     # rows from before multi-device runs (a nullable addition, no version) used one
     # device and no plan: so they pair, resume and scale with the one-device rows written since
     frame = frame.fillna({column: value for column, value in ONE_DEVICE.items() if column in frame.columns})
+    if {"seed", "schema_version"} <= set(frame.columns):
+        older = (frame["schema_version"] < 3) & frame["seed"].isna()
+        if older.any():
+            frame.loc[older, "seed"] = SEEDED_BEFORE_V3
     if not {"tokens_per_s", *UPGRADE_COLUMNS} <= set(frame.columns):
         return frame
     older = (frame["schema_version"] < 2) & (frame["mode"] == "decode")

@@ -48,7 +48,7 @@ from tpubench.spec import RunSpec
 from tpubench.stats import summarize
 from tpubench.warning import TpubenchWarning
 from workloads import GENERATION_MODES, Instance, Shape, Workload, build
-from workloads.base import runtime_bytes
+from workloads.base import SEED, runtime_bytes
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
 BACKEND_COLUMNS = (
@@ -123,6 +123,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     device = (availability.device_name, backend.device_kind)  # peaks match within the device kind
     row = {
         "device": availability.device_name,
+        "seed": SEED,  # what the model and batch are drawn from: runs of one seed train alike
         **identity,
         **layout_columns(spec, device, backend.simulated_devices()),
         **admit(spec, backend, availability.device_name, workload, config),

@@ -310,6 +310,10 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
+#: the seed every run's weights and synthetic data are drawn from (stored as ``runs.seed``)
+SEED = 0
+
+
 def build(
     workload: Workload,
     size: str | None = None,
@@ -321,7 +325,7 @@ def build(
     seq_len: int | None = None,
     image_size: int | None = None,
     latent_size: int | None = None,
-    seed: int = 0,
+    seed: int = SEED,
     init_dtype: torch.dtype | None = None,
 ) -> Instance:
     """Build ``workload`` at ``size`` on ``device``: random weights, seeded synthetic data.
