@@ -826,3 +826,20 @@ def memory_timeline(wide: pd.DataFrame) -> go.Figure:
         title="One profiled step by category (MiB)",
     )
     return _layout(figure, height=400)
+
+
+def loss_curves(frame: pd.DataFrame, label_a: str, label_b: str) -> go.Figure:
+    """Two training runs' losses by step (:func:`tpubench.analysis.parity.parity`'s frame):
+    A, the reference, as a line, B as markers on it, so that a curve that agrees hides nothing."""
+    steps = list(frame["step"])
+    traces = [
+        {"type": "scatter", "mode": "lines", "x": steps, "y": list(frame["loss_a"]), "name": f"A: {label_a}"},
+        {"type": "scatter", "mode": "markers", "x": steps, "y": list(frame["loss_b"]), "name": f"B: {label_b}"},
+    ]
+    layout = {
+        "title": _title("Loss per step"),
+        "xaxis": {"title": {"text": "step (0: the first, before any update)"}},
+        "yaxis": {"title": {"text": "loss"}},
+        "legend": {"orientation": "h", "y": -0.25},
+    }
+    return _figure(traces, layout, height=360)

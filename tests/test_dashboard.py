@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -326,7 +327,10 @@ def test_run_details_of_an_ok_run_show_its_step_times(serve, results: Path) -> N
     runs = runs_of(results)
     ok = runs.loc[(runs["status"] == "ok") & (runs["mode"] == "train"), "run_id"].iloc[-1]
     app = serve(results, "Run details", run=ok)
-    assert charts(app) == 2  # the histogram of raw step times, and the memory by part
+    # the histogram of raw step times, its losses beside another run's (one device, the same batch), the memory by part
+    assert charts(app) == 3
+    difference = re.search(r"Largest relative difference (\S+) at step", texts(app))
+    assert difference and float(difference.group(1)) <= 1e-5  # two one-device cpu runs: the same losses
     config = frames(app)[0].set_index("field")["value"]
     assert config["run_id"] == ok and config["mode"] == "train"
     assert "tpubench trace" in texts(app)

@@ -27,6 +27,7 @@ from helpers import ROOT, command, in_process, wait_for
 from host_workloads import job_losses, one_device_losses
 
 from tpubench import store
+from tpubench.analysis.steps import job_steps
 from tpubench.launch.ranks import free_port
 from tpubench.parallel import hosts
 
@@ -121,21 +122,28 @@ def check_row(row: dict, devices: int, parallel: str) -> None:
 
 def test_two_hosts_on_loopback_train_as_one_device_and_host_0_writes_the_row(two_hosts: Hosts) -> None:
     """The user-launcher route: the same command on two hosts, --node-rank 0 and 1, --master
-    on host 0: one fsdp job of two ranks (one per host) whose losses are one device's."""
+    on host 0: one fsdp job of two ranks (one per host) whose losses are one device's. The
+    steps table stores them (each rank's own, the job's their mean), and --verify, lifted
+    for hosts, checks them against one cpu float32 device."""
     line = TRAIN.format(workload="gpt2-losses")
-    line += f" --hosts 2 --devices 2 --parallel fsdp --master 127.0.0.1:{free_port()} --timeout 240"
+    line += f" --hosts 2 --devices 2 --parallel fsdp --master 127.0.0.1:{free_port()} --timeout 240 --verify"
     (code0, out0), (code1, out1) = two_hosts.run(line)
     assert code0 == 0, out0[-3000:]
     assert code1 == 0, out1[-3000:]
-    assert "host 1 of 2: host 0 writes the rows" in out1 and "it recorded ok" in out1
+    assert "host 1 of 2: host 0 writes the rows" in out1
+    assert "it recorded ok; --verify's verdict follows in host 0's rows" in out1
     (row,) = two_hosts.rows(0)
     assert two_hosts.rows(1) == []  # host 0 writes the row
     check_row(row, 2, "fsdp")
     steps = store.load_steps(two_hosts.tmp / "results0")
     assert set(steps["rank"]) == {0, 1}
+    (two_hosts.losses / "solo.jsonl").unlink()  # --verify's one-device reference worker, on host 0
     found = two_hosts.job_losses()
     assert len(found) >= 3
     assert found == pytest.approx(one_device_losses(len(found), global_batch=4), rel=1e-5)
+    stored = job_steps(steps).sort_values("step")["loss"]
+    assert list(stored) == pytest.approx(found, rel=1e-6)  # what each rank's loss function returned
+    assert row["verified"] == "match" and 0 <= row["max_rel_err"] <= 1e-5, row
 
 
 @pytest.mark.nightly
@@ -220,6 +228,10 @@ def test_an_unreachable_host_0_is_one_clear_line_after_the_join_timeout(two_host
         ("--devices 4 --parallel fsdp --node-rank 1", "--node-rank applies to a run over several hosts"),
         ("--hosts 2 --devices 4 --parallel fsdp --on ray --node-rank 0", "with --on ray, Ray places the hosts"),
         ("--hosts 2 --devices 4 --parallel fsdp --node-rank 0 --master h:1 --resume", "--resume is not supported"),
+        (
+            "--hosts 2 --devices 4 --parallel fsdp --node-rank 0 --master h:1 --verify --mode infer",
+            "--verify checks a multi-device run of cpu by its training losses",
+        ),
     ],
 )
 def test_bad_host_options_are_one_error_line_before_anything_runs(

@@ -83,13 +83,30 @@ def test_weak_scaling_grows_the_global_batch_and_strong_keeps_it() -> None:
             {"devices": [8], "parallel": "dp", "scaling": "strong"},
             "batch size 4 is not divisible by the data-parallel degree 8",
         ),
-        ({"devices": [1, 2], "parallel": "dp", "verify": True}, "--verify cannot check a multi-device run of cpu"),
     ],
 )
 def test_a_layout_that_cannot_be_is_refused_when_planned(options: dict, message: str) -> None:
     with pytest.raises(ValueError) as refused:
         plan(["gpt2"], backends=["cpu"], modes=["train"], batch_size=4, **options)
     assert message in str(refused.value)
+
+
+def test_verify_of_a_multi_device_run_of_ranks_is_planned_for_training_only() -> None:
+    """Its train steps' stored losses answer --verify (tests/test_parity.py runs one); the
+    ranks' infer outputs are not verified, so asking is refused rather than called a match."""
+    layout = {"devices": [1, 2], "parallel": "dp", "verify": True, "batch_size": 4}
+    assert len(plan(["gpt2"], backends=["cpu", "xla"], modes=["train"], **layout)) == 4
+    with pytest.raises(ValueError) as refused:
+        plan(["gpt2"], backends=["cpu", "xla"], modes=["train", "infer"], **layout)
+    assert str(refused.value) == (
+        "--verify checks a multi-device run of cpu by its training losses; its infer outputs are not verified "
+        "yet: add --mode train, or verify at --devices 1"
+    )
+    assert len(plan(["gpt2"], backends=["xla"], modes=["train", "infer"], **layout)) == 4  # SPMD: verified whole
+    assert len(plan(["gpt2"], backends=["cpu"], modes=["train"], **{**layout, "devices": [2]}, hosts=2)) == 1
+    with pytest.raises(ValueError) as refused:  # xla's verify worker is one process: it cannot span hosts
+        plan(["gpt2"], backends=["xla"], modes=["train"], **{**layout, "devices": [2]}, hosts=2)
+    assert str(refused.value).startswith("--verify cannot check a run of xla over several hosts yet")
 
 
 def test_a_tensor_parallel_degree_must_divide_every_dimension_the_plan_names() -> None:

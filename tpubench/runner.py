@@ -26,7 +26,7 @@ from tpubench.backends import get_backend
 from tpubench.backends.base import DEFAULT_WORKER_ENV, SIMULATED_DEVICES_ENV
 from tpubench.fingerprint import fingerprint, fingerprint_hash
 from tpubench.launch.process import classify, run_worker, worker_env
-from tpubench.parallel import host_devices, planning, spec_columns
+from tpubench.parallel import host_devices, is_multi_process, planning, spec_columns
 from tpubench.results_dir import is_remote
 from tpubench.spec import DIMENSIONS, KEY_FIELDS, RunSpec
 
@@ -113,7 +113,7 @@ def plan(
             )
     layouts = planning.layouts([n for n in _as_list(devices) if n is not None] or [1], parallel, tp)
     if settings.get("verify") and any(layout.devices > 1 for layout in layouts):
-        planning.check_verifiable(backends)
+        planning.check_verifiable(backends, modes or MODES, settings.get("hosts", 1))
     specs = []
     for workload in chosen:
         wanted = sizes.get(workload.name) if isinstance(sizes, Mapping) else sizes
@@ -296,8 +296,8 @@ class Executor:
                     ),
                     on_wait,
                 )
-                if spec.verify and result["status"] == "ok":
-                    result.update(self._verify(spec))
+                if spec.verify and result["status"] == "ok" and "host_row" not in result:  # host 0 verifies
+                    result.update(self._verify(spec, result))
                 finished_at = datetime.now(UTC)  # before the lock's release lets the next run stamp its start
             if result.get("trace_path"):  # the device is free again while the trace uploads
                 result["trace_path"] = self._place_trace(spec, staging, result["trace_path"])
@@ -315,12 +315,16 @@ class Executor:
             return store.upload_trace(self.results, spec.run_id, spec.trace_dir, path)
         return store.recorded_path(self.results, path)
 
-    def _verify(self, spec: RunSpec) -> dict[str, Any]:
-        """Compare ``spec``'s outputs with the CPU float32 reference, each computed in its own worker."""
+    def _verify(self, spec: RunSpec, result: dict[str, Any]) -> dict[str, Any]:
+        """Compare ``spec``'s outputs with the CPU float32 reference, each computed in its own
+        worker. A run of rank processes (train only: :func:`planning.check_verifiable`) is
+        compared by the losses its steps stored, the job's (the ranks' mean), against one
+        device's on the global batch: its outputs lie in its ranks."""
         import torch  # only --verify reads tensors in the parent
 
         from tpubench import verify
 
+        ranked = is_multi_process(spec)
         reference = replace(
             spec,
             backend=verify.REFERENCE_BACKEND,
@@ -329,10 +333,12 @@ class Executor:
             verify=False,
             profile_steps=0,
             compile_cache=None,
+            **(verify.ONE_DEVICE if ranked else {}),
         )
-        found = {}
+        roles = (("reference", reference),) if ranked else (("reference", reference), ("candidate", spec))
+        found = {"candidate": verify.stored_losses(result["steps"])} if ranked else {}
         with tempfile.TemporaryDirectory(prefix="tpubench-verify-") as scratch:
-            for role, run in (("reference", reference), ("candidate", spec)):
+            for role, run in roles:
                 path = os.path.join(scratch, f"{role}.pt")
                 backend = get_backend(run.backend)
                 outcome = run_worker(
@@ -349,12 +355,18 @@ class Executor:
                         "warnings": f"--verify: the {role} run {result['status']}: {result.get('error')}",
                     }
                 found[role] = torch.load(path)
+        if ranked:  # the losses both have; the shards' parameter count is not the model's
+            losses = min(len(found["candidate"]["loss"]), len(found["reference"]["loss"]))
+            if not losses:
+                return {"verified": "error", "warnings": "--verify: the run's steps stored no loss to compare"}
+            found = {role: {"loss": outputs["loss"][:losses]} for role, outputs in found.items()}
         columns = verify.compare(found["reference"], found["candidate"], spec.dtype)
         note = columns.pop("verify_note", None)
         if columns["verified"] == "mismatch":
             columns["status"] = "mismatch"
+            what = "the job's losses" if ranked else "outputs"
             columns["error"] = (
-                f"outputs differ from the cpu float32 reference: max relative error "
+                f"{what} differ from the cpu float32 reference: max relative error "
                 f"{columns['max_rel_err']:.3g} (tolerance {columns['verify_tolerance']:g})"
                 + ("; generated tokens differ" if columns["tokens_match"] is False else "")
                 + (f"; {note}" if note else "")

@@ -15,6 +15,12 @@ legitimately, so tokens are reported but not judged). The parameter count must m
 exactly: a backend that unties shared weights (torch_xla's ``Module.to`` did, until
 ``workloads.base.to_device``) trains a different model, yet its first step's loss is
 identical; only later steps drift (0.36% after the second step for gpt2 tiny).
+
+A train run of rank processes (cpu, cuda, tpu over several devices or hosts) is verified by
+the losses its timed steps stored: step k's loss is the model's before its k-th update, the
+same quantity as the reference's k-th loss here, and the job's is the mean of its ranks'
+(each over an equal slice of the global batch). The reference runs on one device with the
+global batch; the parameter count is not compared (a rank holds a shard).
 """
 
 from __future__ import annotations
@@ -32,6 +38,16 @@ TOLERANCE = {"float32": 1e-3, "bfloat16": 5e-2}
 REFERENCE_BACKEND, REFERENCE_DTYPE = "cpu", "float32"
 TRAIN_STEPS = 3  # optimizer steps whose losses train mode compares
 EXACT = ("tokens", "param_count")  # outputs compared for equality, not within a tolerance
+#: the reference of a run of rank processes: the same global batch on one device
+ONE_DEVICE = {
+    "devices": 1,
+    "parallel": "none",
+    "tp_size": 1,
+    "scaling": None,
+    "hosts": 1,
+    "node_rank": 0,
+    "master": None,
+}
 
 
 def outputs(spec: RunSpec, backend: Backend, instance: Instance) -> dict[str, torch.Tensor]:
@@ -55,6 +71,21 @@ def outputs(spec: RunSpec, backend: Backend, instance: Instance) -> dict[str, to
             found["tokens"] = greedy_tokens(instance, model, backend, max(spec.gen_len, 1))
     backend.after_step()
     return {key: (value.cpu() if key in EXACT else value.float().cpu()) for key, value in found.items()}
+
+
+def stored_losses(steps: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """A ranked train run's outputs to compare: the job's loss (the mean of its ranks') at
+    steps 0 to :data:`TRAIN_STEPS`, as far as every rank stored one."""
+    by_step: dict[int, list[float | None]] = {}
+    for row in steps:
+        by_step.setdefault(row["step"], []).append(row.get("loss"))
+    losses = []
+    for step in range(TRAIN_STEPS + 1):
+        found = by_step.get(step, [None])
+        if any(loss is None for loss in found):
+            break
+        losses.append(sum(found) / len(found))
+    return {"loss": torch.tensor(losses, dtype=torch.float32)}
 
 
 def greedy_tokens(instance: Instance, model: torch.nn.Module, backend: Backend, count: int) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""Run details: one run's configuration, environment fingerprint, raw step times, warnings, and
-the error and stderr tail of a run that did not finish ok."""
+"""Run details: one run's configuration, environment fingerprint, raw step times, warnings, the
+error and stderr tail of a run that did not finish ok, and a train run's losses beside another's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import streamlit as st
 from dashboard import catalog, charts, data, ui
 from tpubench.analysis import compiles as analysis
 from tpubench.analysis import memory as memory_analysis
+from tpubench.analysis import parity
 from tpubench.analysis.steps import job_steps
+from tpubench.spec import DIMENSIONS
 
 CONFIG = (
     "run_id", "invocation_id", "started_at", "finished_at", "suite", "workload", "size", "backend", "device", "mode",
@@ -132,6 +134,56 @@ def memory_section(results: str, invocation: str, run: pd.Series) -> None:
         st.plotly_chart(charts.memory_timeline(wide), key="run-memory-timeline")
 
 
+#: the index's columns two runs must share for the page to offer them as a pair (the seed, not
+#: in the index, is checked by :func:`tpubench.analysis.parity.parity` once both are read)
+PAIRED = ("workload", "size", "mode", "model_hash", "batch_size", *DIMENSIONS)
+
+
+def parity_partners(index: pd.DataFrame, run: pd.Series) -> pd.DataFrame:
+    """The other ok runs of ``index`` whose losses ``run``'s can be set beside: same model,
+    mode and global batch. One-device runs first (the usual reference), newest first within."""
+    same = (index["status"] == "ok") & (index["run_id"] != run["run_id"])
+    for column in PAIRED:
+        value = run[column]
+        same &= index[column].isna() if pd.isna(value) else index[column] == value
+    found = index[same].iloc[::-1]
+    return pd.concat([found[found["devices"] == 1], found[found["devices"] != 1]])
+
+
+def loss_parity(view: ui.View, run: pd.Series) -> None:
+    """A train run's losses step by step beside another run's (``tpubench parity A B``'s view,
+    the other run as A, the reference), and their largest relative difference."""
+    if run["mode"] != "train" or run["status"] != "ok":
+        return
+    st.markdown("**Loss parity**")
+    partners = parity_partners(view.index, run)
+    if partners.empty:
+        st.caption("No other ok train run of this model and global batch to set its losses beside.")
+        return
+    labels = dict(zip(partners["run_id"], data.run_label(partners), strict=True))
+    other = st.selectbox("Against (A, the reference)", list(labels), format_func=labels.__getitem__, key="parity")
+    invocations = tuple(sorted({run["invocation_id"], *partners.loc[partners["run_id"] == other, "invocation_id"]}))
+    pair = data.runs(view.results, invocations, (other, run["run_id"]))
+    steps = data.steps(
+        view.results, invocations, (other, run["run_id"]), None, ("run_id", "step", "phase", "rank", "loss")
+    )
+    ui.warn_skipped(pair.skipped + steps.skipped)
+    rows = {row["run_id"]: row for row in pair.frame.to_dict("records")}
+    try:
+        found = parity.parity(rows[other], rows[run["run_id"]], steps.frame)
+    except parity.ParityError as error:
+        st.info(str(error))
+        return
+    names = data.run_label(pair.frame.set_index("run_id").loc[[other, run["run_id"]]].reset_index())
+    st.plotly_chart(charts.loss_curves(found.frame, names.iloc[0], names.iloc[1]), key="run-parity")
+    ui.table(found.frame.rename(columns={"rel_diff": "|B - A| / |A|"}))
+    st.caption(
+        f"Largest relative difference {found.max_rel_diff:.2e} at step {found.step_of_max}, over "
+        f"{len(found.frame)} steps both stored. A multi-rank run's loss is the mean of its ranks' (each over its "
+        f"slice of the batch). In a terminal: `tpubench parity run={other} run={run['run_id']}`."
+    )
+
+
 def main() -> None:
     view = ui.page_view()
     if view is None:
@@ -185,6 +237,7 @@ def main() -> None:
         ui.table(measured, where=middle, height="content")
     right.markdown("**Environment fingerprint**")
     ui.table(fields(run, ENVIRONMENT), where=right, height="content")
+    loss_parity(view, run)
     memory_section(view.results, invocation, run)
     compile_events(view.results, invocation, run)
     for column, title in (("backend_versions", "Backend versions"), ("env", "Environment variables")):

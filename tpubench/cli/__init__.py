@@ -37,6 +37,7 @@ COMMANDS = {
     "scaling": "scaling",
     "ceilings": "ceilings",
     "memory": "memory",
+    "parity": "parity",
 }
 
 

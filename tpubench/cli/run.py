@@ -189,7 +189,7 @@ def run(
         raise BadInput("--results needs a directory")
     if profile_memory:  # before any model is imported or planned, or the store made
         profile_memory_backends(choose("backend", backend, list(BACKENDS)))
-    spread = host_options(hosts, node_rank, master, join_timeout, devices, on, resume, verify, timeout)
+    spread = host_options(hosts, node_rank, master, join_timeout, devices, on, resume, timeout)
     results_dir = writable_results(results)
     interpreters = pythons(python)
     use_workload_modules(workload_module, model)  # before Ray's actors copy this environment
@@ -232,7 +232,7 @@ def run(
     if fleet:
         ray_launcher.disconnect()
     if spread.get("node_rank"):
-        follow_host0(out, rows, spread["node_rank"], hosts, as_json)
+        follow_host0(out, rows, spread["node_rank"], hosts, as_json, verify)
     if as_json:
         print(json.dumps(rows, default=str, indent=1))
     if runner.resumed:
@@ -272,7 +272,6 @@ def host_options(
     devices: str | None,
     on: str,
     resume: bool,
-    verify: bool,
     timeout: float,
 ) -> dict[str, Any]:
     """``--hosts`` and its companions as :class:`RunSpec` fields, checked before anything
@@ -298,8 +297,6 @@ def host_options(
         raise BadInput(str(error)) from error
     if resume:
         raise BadInput("--resume is not supported with --hosts: only host 0 holds the stored rows")
-    if verify:
-        raise BadInput("--verify cannot check a run over several hosts yet: verify at --hosts 1")
     if join_timeout is not None and join_timeout >= timeout:
         raise BadInput(
             f"--join-timeout {join_timeout:g} must be shorter than --timeout {timeout:g}, which includes the wait "
@@ -320,13 +317,17 @@ def host_options(
     return {**options, "node_rank": place.node_rank, "master": place.master}
 
 
-def follow_host0(out: Console, rows: list[dict[str, Any]], node_rank: int, hosts: int, as_json: bool) -> None:
+def follow_host0(
+    out: Console, rows: list[dict[str, Any]], node_rank: int, hosts: int, as_json: bool, verify: bool = False
+) -> None:
     """Another host than host 0: what host 0 stored for each run (this host writes no row);
-    the invocation ends as host 0's does, or with exit code 1 where host 0 never answered."""
+    the invocation ends as host 0's does, or with exit code 1 where host 0 never answered.
+    Host 0 verifies (--verify) after it told the others the run's status: the verdict is in its row."""
     lost = [row for row in rows if row.get("host_row") is None or not row.get("host0_answered", True)]
     out.print(
         f"host {node_rank} of {hosts}: host 0 writes the rows (under its --results); it recorded "
-        + ", ".join(f"{row['status']}" + (f" ({row['error']})" if row.get("error") else "") for row in rows),
+        + ", ".join(f"{row['status']}" + (f" ({row['error']})" if row.get("error") else "") for row in rows)
+        + ("; --verify's verdict follows in host 0's rows" if verify else ""),
         highlight=False,
     )
     if as_json:

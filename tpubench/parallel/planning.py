@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tpubench.parallel import PROCESS_FAMILIES, Layout, family
+from tpubench.parallel import PROCESS_FAMILIES, SPMD_FAMILIES, Layout, family
 from tpubench.spec import PARALLEL_CHOICES, SCALING_CHOICES
 
 if TYPE_CHECKING:
@@ -137,13 +137,21 @@ def missing_plan(parallel: str, workload: Workload) -> str | None:
     )
 
 
-def check_verifiable(backends: Sequence[str]) -> None:
+def check_verifiable(backends: Sequence[str], modes: Sequence[str], hosts: int = 1) -> None:
     """``--verify`` of a multi-device run: XLA's SPMD run is verified sharded, in its one
-    process; the rank processes of the other families are not (their verify worker is one
-    process, which would check a one-device model and call the run a match), so asking is
-    a ValueError rather than a verdict on something else."""
-    if ranked := [backend for backend in backends if family(backend) in PROCESS_FAMILIES]:
+    process (on one host: its verify worker cannot span hosts). The rank processes of the
+    other families, on one host or several, are verified by the losses their train steps
+    stored (the job's, the mean over ranks) against the CPU float32 reference's on the global
+    batch; their infer, prefill and decode outputs lie in the ranks and are not verified, so
+    asking for those is a ValueError rather than a verdict on something else."""
+    if hosts > 1 and (spmd := [backend for backend in backends if family(backend) in SPMD_FAMILIES]):
         raise ValueError(
-            f"--verify cannot check a multi-device run of {', '.join(ranked)} yet (its ranks are not verified, "
-            "only xla's SPMD runs are): verify at --devices 1"
+            f"--verify cannot check a run of {', '.join(spmd)} over several hosts yet (its verify worker is one "
+            "process): verify at --hosts 1"
+        )
+    ranked = [backend for backend in backends if family(backend) in PROCESS_FAMILIES]
+    if ranked and (unverified := [mode for mode in modes if mode != "train"]):
+        raise ValueError(
+            f"--verify checks a multi-device run of {', '.join(ranked)} by its training losses; its "
+            f"{', '.join(unverified)} outputs are not verified yet: add --mode train, or verify at --devices 1"
         )
