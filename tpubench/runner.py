@@ -171,7 +171,7 @@ def probe(python: str, backends: list[str]) -> dict[str, Any]:
         outcome_result, reason = None, f"cannot start {python}: {error}"
     else:
         outcome_result = outcome.result
-        last_line = (outcome.stderr_tail.strip().splitlines() or ["no output"])[-1]
+        last_line = (outcome.stderr_tail.strip().splitlines() or [outcome.lost_log or "no output"])[-1]
         reason = f"probe with {python} failed: {last_line}"
     if outcome_result is not None:
         return outcome_result
