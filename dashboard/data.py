@@ -149,8 +149,26 @@ def _scan(
         raise store.StoreError(f"none of the results stores {', '.join(named)} exists")
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     if len(frames) > 1:  # the same file in two stores: its rows once
-        frame = frame.drop_duplicates(subset=[c for c in frame.columns if c != "store"], ignore_index=True)
+        frame = frame[~_hashable(frame.drop(columns="store")).duplicated()].reset_index(drop=True)
     return Loaded(frame, tuple(skipped))
+
+
+def _hashable(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each list cell (the ceilings' ``samples_s`` and ``warmup_s``, read as
+    numpy arrays) as its bytes, so that rows can be compared whole: pandas hashes every cell to
+    find duplicates, and an array cannot be hashed (the merge of two stores, one with ceilings,
+    raised on every page that read them). Equal lists give equal bytes, NaN included."""
+    listed = [column for column in frame.columns if _holds_lists(frame[column])]
+    return frame.assign(**{column: frame[column].map(_cell_bytes) for column in listed})
+
+
+def _holds_lists(column: pd.Series) -> bool:
+    first = column.first_valid_index() if column.dtype == object else None
+    return first is not None and isinstance(column[first], np.ndarray | list)
+
+
+def _cell_bytes(value: object) -> object:
+    return np.asarray(value).tobytes() if isinstance(value, np.ndarray | list) else value
 
 
 def store_of(results: str, index: pd.DataFrame, run_ids: pd.Series | list[str]) -> str | None:

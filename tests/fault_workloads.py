@@ -78,6 +78,19 @@ def _hang_at_exit() -> None:
     atexit.register(time.sleep, 3600)
 
 
+def _lose_log() -> None:
+    """Remove this worker's scratch folder (its TMPDIR), and the log in it, as happened once to
+    a torch_xla run with --profile."""
+    import shutil
+
+    shutil.rmtree(os.environ["TMPDIR"])
+
+
+def _lose_log_and_abort() -> None:
+    _lose_log()
+    os.abort()
+
+
 def _slow() -> None:
     time.sleep(float(os.environ.get("TPUBENCH_TEST_SLOW_S", "3")))
 
@@ -91,6 +104,8 @@ WORKLOADS = (
     _workload("fault-hang", _hang),
     _workload("fault-hang-at-exit", _hang_at_exit),
     _workload("fault-slow", _slow),
+    _workload("fault-lose-log", _lose_log),
+    _workload("fault-lose-log-abort", _lose_log_and_abort),
 )
 
 

@@ -9,6 +9,9 @@ rank process of every host sees them.
 - ``fault-host1-killed``: the first rank of host 1 (``GROUP_RANK``, torchrun's host index)
   kills itself with SIGKILL in its second step, while every other rank waits for it in a
   collective.
+- ``gpt2-gated``: gpt2 whose every rank, at its first loss (its process group up, the run
+  started on every host), writes ``$TPUBENCH_TEST_GATE/reached-<RANK>`` and waits for
+  ``$TPUBENCH_TEST_GATE/open``: a test then does something to a run known to be under way.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import itertools
 import json
 import os
 import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,6 +52,17 @@ def _killed_on_host1(loss):
     return killed
 
 
+def _gated(loss):
+    def gated(model, batch) -> torch.Tensor:
+        gate = Path(os.environ["TPUBENCH_TEST_GATE"])
+        (gate / f"reached-{os.environ.get('RANK', 'solo')}").touch()
+        while not (gate / "open").exists():  # the test's event; the run's timeout bounds the wait
+            time.sleep(0.05)
+        return loss(model, batch)
+
+    return gated
+
+
 def job_losses(folder: Path) -> list[float]:
     """Per step, the mean of the ranks' recorded losses (equal slices: the global batch's loss)."""
     per_rank = [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(folder.glob("*.jsonl"))]
@@ -74,4 +89,5 @@ def one_device_losses(steps: int, global_batch: int, seq_len: int = 32) -> list[
 WORKLOADS = (
     replace(gpt2.WORKLOAD, name="gpt2-losses", loss=_recording(gpt2.WORKLOAD.loss)),
     replace(gpt2.WORKLOAD, name="fault-host1-killed", loss=_killed_on_host1(gpt2.WORKLOAD.loss)),
+    replace(gpt2.WORKLOAD, name="gpt2-gated", loss=_gated(gpt2.WORKLOAD.loss)),
 )

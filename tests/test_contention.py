@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ROOT, command
+from helpers import ROOT, command, wait_for
 
 from tpubench import devicelock, store
 
@@ -57,6 +57,59 @@ def test_the_holder_may_take_its_lock_again_and_others_still_wait(tmp_path: Path
             assert waited == 0.0
         assert not another_process_gets_it()  # the inner block's end released nothing
     assert another_process_gets_it()
+
+
+#: holds the cpu's lock as host 1 of run ``argv[1]`` (none: another run) until its stdin closes
+HOLD_AS = (
+    "import sys\nfrom tpubench import devicelock\n"
+    "job = devicelock.Job(sys.argv[1], 1) if sys.argv[1] else None\n"
+    "with devicelock.hold('cpu', job=job):\n    print('held', flush=True)\n    sys.stdin.read()\n"
+)
+
+
+@pytest.mark.parametrize("holder", ["host 1 of this run", "host 1 of another run", "a run on one host"])
+def test_a_host_shares_the_lock_a_host_of_its_own_run_holds(tmp_path: Path, monkeypatch, holder: str) -> None:
+    """Host 0 of a run over several hosts finds the cpu's lock held: by a host of its own run
+    (two hosts on one machine), it shares it at once and says so, where waiting deadlocked the
+    two; by anything else, it waits as any run does, and holds the lock once it is free."""
+    import threading
+
+    monkeypatch.setenv("TPUBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    key = {"host 1 of this run": "run-a", "host 1 of another run": "run-b", "a run on one host": ""}[holder]
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AS, key], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    said: list[str] = []
+    held = threading.Event()
+
+    def host_0() -> None:
+        with devicelock.hold("cpu", said.append, devicelock.Job("run-a", 0)):
+            held.set()
+
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "held\n"  # the event: it holds the lock
+        thread = threading.Thread(target=host_0, daemon=True)
+        thread.start()
+        if key == "run-a":
+            assert held.wait(30), said
+            assert said == [
+                f"sharing the cpu with host 1 of this run (pid {process.pid}), which holds its lock on this machine: "
+                "hosts of one run on one machine share its devices"
+            ]
+        else:
+            wait_for(lambda: said, "host 0 to say it waits")
+            assert said == [f"waiting for the cpu: another tpubench run (pid {process.pid}) is using it"]
+            assert not held.is_set()
+            process.stdin.close()  # the holder lets go: host 0 takes the lock
+            assert held.wait(30)
+        thread.join(30)
+        if not process.stdin.closed:
+            process.stdin.close()
+        assert process.wait(30) == 0
+    finally:
+        process.kill()
+        process.wait()
+    assert (tmp_path / "locks" / "cpu.lock").read_text() == ""  # no holder named once it is free
 
 
 def test_two_concurrent_suites_never_measure_at_the_same_time(results_dir: Path, tmp_path: Path) -> None:

@@ -2,13 +2,15 @@
 user's own launcher (SSH, Slurm, a Kubernetes Indexed Job) starts one per host, meeting at
 host 0's rendezvous store (tpubench.launch.hosts) with gloo ranks on loopback.
 
-The two "hosts" share this machine, so each gets its own device-lock folder, as two machines
-would have (one lock folder would make host 1 wait for host 0's CPU lock while host 0 waits
-for host 1 to join). Every process a test starts carries a mark in its environment and
-every temporary file goes under the test's folder: afterwards neither may remain. The
-losses come from tests/host_workloads.py's ``gpt2-losses`` (a run's timed loop reads none).
+The two "hosts" share this machine, and each gets its own device-lock folder, as two machines
+would have, except where a test gives them one (hosts of one run share its lock: once, host 1
+waited for host 0's CPU lock while host 0 waited for host 1 to join). Every process a test
+starts carries a mark in its environment and every temporary file goes under the test's
+folder: afterwards neither may remain. The losses come from tests/host_workloads.py's
+``gpt2-losses`` (a run's timed loop reads none).
 
-CI runs one two-host case; the rest (wider worlds, faults, the join timeout) run nightly.
+CI runs two two-host cases (one with one lock folder); the rest (wider worlds, faults, the join
+timeout, a host index given twice) run nightly, the rendezvous's own faults also in CI.
 The Ray route is in tests/test_ray.py; TorchTPU's launch environment in
 tests/test_torchtpu_env.py.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -41,32 +44,35 @@ TRAIN = (
 class Hosts:
     """Two (or more) hosts' ``tpubench run`` on this machine, marked; see the module's doc."""
 
-    def __init__(self, tmp: Path):
-        self.tmp, self.mark = tmp, uuid.uuid4().hex
-        self.scratch, self.losses = tmp / "tmp", tmp / "losses"
-        self.scratch.mkdir()
-        self.losses.mkdir()
+    def __init__(self, tmp: Path, one_lock_folder: bool = False):
+        self.tmp, self.mark, self.one_lock_folder = tmp, uuid.uuid4().hex, one_lock_folder
+        self.scratch, self.losses, self.gate = tmp / "tmp", tmp / "losses", tmp / "gate"
+        for folder in (self.scratch, self.losses, self.gate):
+            folder.mkdir()
 
-    def env(self, host: int) -> dict[str, str]:
-        locks = self.tmp / f"locks{host}"
-        locks.mkdir(exist_ok=True)
+    def env(self, host: int, locks: str | None = None) -> dict[str, str]:
+        """Host ``host``'s environment; its device locks in ``locks`` (a folder's name), by
+        default its own folder, or the one all hosts share (``one_lock_folder``)."""
+        locks_dir = self.tmp / (locks or ("locks" if self.one_lock_folder else f"locks{host}"))
+        locks_dir.mkdir(exist_ok=True)
         return {
             **os.environ,
             "TPUBENCH_WORKLOAD_MODULES": "host_workloads",
             "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")]),
             "TPUBENCH_TEST_MARK": self.mark,
             "TPUBENCH_TEST_LOSSES": str(self.losses),
-            "TPUBENCH_LOCK_DIR": str(locks),
+            "TPUBENCH_LOCK_DIR": str(locks_dir),
+            "TPUBENCH_TEST_GATE": str(self.gate),
             "TMPDIR": str(self.scratch),
             "GLOO_SOCKET_IFNAME": "lo",
             "COLUMNS": "200",
         }
 
-    def start(self, host: int, line: str) -> subprocess.Popen:
+    def start(self, host: int, line: str, locks: str | None = None) -> subprocess.Popen:
         results = self.tmp / f"results{host}"
         return subprocess.Popen(
             command(f"{line} --node-rank {host} --results {results}"),
-            env=self.env(host),
+            env=self.env(host, locks),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -104,12 +110,20 @@ class Hosts:
         return found
 
 
-@pytest.fixture
-def two_hosts(tmp_path: Path):
-    group = Hosts(tmp_path)
+def _left_nothing(group: Hosts):
     yield group
     wait_for(lambda: not group.left(), "every host's processes to be gone", timeout=30)
     assert not any(group.scratch.iterdir()), list(group.scratch.rglob("*"))
+
+
+@pytest.fixture
+def two_hosts(tmp_path: Path):
+    yield from _left_nothing(Hosts(tmp_path))
+
+
+@pytest.fixture
+def two_hosts_one_lock_folder(tmp_path: Path):
+    yield from _left_nothing(Hosts(tmp_path, one_lock_folder=True))
 
 
 def check_row(row: dict, devices: int, parallel: str) -> None:
@@ -144,6 +158,148 @@ def test_two_hosts_on_loopback_train_as_one_device_and_host_0_writes_the_row(two
     stored = job_steps(steps).sort_values("step")["loss"]
     assert list(stored) == pytest.approx(found, rel=1e-6)  # what each rank's loss function returned
     assert row["verified"] == "match" and 0 <= row["max_rel_err"] <= 1e-5, row
+
+
+def test_two_hosts_on_one_machine_share_one_lock_folder(two_hosts_one_lock_folder: Hosts) -> None:
+    """Two hosts of one run on one machine with one TPUBENCH_LOCK_DIR (the default): host 1
+    held the CPU's lock while it waited for host 0 to start the run, and host 0 waited for the
+    lock, until the join timeout failed the run (by default half of --timeout; a user saw it
+    as a hang). Now the host that finds the lock held by a host of its own run shares it, and
+    says so in one line; the run is ok."""
+    group = two_hosts_one_lock_folder
+    line = (
+        "run --workload gpt2 --size tiny --backend cpu --mode infer --batch-size 2 --seq-len 32 --warmup 1 --steps 1"
+        f" --hosts 2 --devices 2 --parallel dp --master 127.0.0.1:{free_port()} --timeout 240 --join-timeout 60"
+    )
+    (code0, out0), (code1, out1) = group.run(line, timeout=300)  # the old deadlock: 2 join timeouts, then a failure
+    assert code0 == code1 == 0, out0[-3000:] + out1[-3000:]
+    (row,) = group.rows(0)
+    assert row["status"] == "ok", (row["error"], out0[-3000:], out1[-3000:])
+    said = [text for text in (out0 + out1).splitlines() if "sharing the cpu with host" in text]
+    assert len(said) == 1 and "of this run (pid" in said[0], out0 + out1
+
+
+def test_the_lock_names_a_run_alike_on_every_host_and_apart_from_other_runs() -> None:
+    """Hosts of one run share a device's lock by its name of the run (runner.lock_job): equal on
+    host 0 and host 1, another for another benchmark or another rendezvous, none on one host."""
+    from tpubench.runner import lock_job
+    from tpubench.spec import RunSpec
+
+    def spec(batch: int = 4, **fields) -> RunSpec:
+        layout = {"devices": 2, "parallel": "dp", "hosts": 2, "master": "127.0.0.1:29500", **fields}
+        return RunSpec("s", "gpt2", "tiny", "cpu", "train", "float32", batch, **layout)
+
+    host0, host1 = lock_job(spec(node_rank=0)), lock_job(spec(node_rank=1, join_timeout_s=9.0))
+    assert host0 is not None and host1 is not None and (host0.host, host1.host) == (0, 1)
+    assert host0.key == host1.key
+    assert lock_job(spec(batch=8)).key != host0.key and lock_job(spec(master="h:1")).key != host0.key
+    assert lock_job(RunSpec("s", "gpt2", "tiny", "cpu", "train", "float32", 4)) is None
+
+
+def test_a_second_process_of_one_host_index_leaves_and_ends_the_run() -> None:
+    """The rendezvous itself (a real TCPStore on loopback, a thread per host): host 0 and host 1
+    have started the run when a second process joins as host 1. It leaves at once, saying
+    why; the run's end is signalled to the others (their ranks would be stopped), and host 0
+    names the index given twice. Before, it joined as host 1 again."""
+    import select
+    import threading
+
+    from tpubench.launch.hosts import HostFailure, HostGroup
+    from tpubench.spec import RunSpec
+
+    master = f"127.0.0.1:{free_port()}"
+
+    def group(rank: int) -> HostGroup:
+        return HostGroup(RunSpec("s", "gpt2", "tiny", "cpu", "train", "float32", 4, devices=2, parallel="dp",
+                                 hosts=2, node_rank=rank, master=master, join_timeout_s=30.0))  # fmt: skip
+
+    started = [group(0), group(1)]
+    joins = [threading.Thread(target=each.join) for each in started]
+    for thread in joins:
+        thread.start()
+    for thread in joins:
+        thread.join(timeout=60)
+    second = group(1)
+    try:
+        with pytest.raises(HostFailure) as failure:
+            second.join()
+        reason = "two processes joined as host 1: each host needs its own index, 0 to 1 (--node-rank, or the "
+        reason += "launcher's variable)"
+        assert failure.value.result(second.spec)["error"] == reason and failure.value.row["failed_host"] == 1
+        for each in started:  # the event: each host's watcher of the run's end wakes
+            assert each.end_fd is not None and select.select([each.end_fd], [], [], 30)[0], each.rank
+        assert started[0].joined_twice() == [1] and started[1].ended_by()["error"] == reason
+    finally:
+        for each in (second, started[1], started[0]):
+            each.close()
+
+
+@pytest.mark.nightly
+def test_two_processes_given_one_host_index_stop_the_run_and_host_0_names_it(two_hosts: Hosts) -> None:
+    """A second process given --node-rank 1 while the run is under way (its ranks met, each
+    at its first step): its rank 1 joined the first's process group, and gloo said
+    "Connection reset by peer" on one host while the other said host 0 gave "no status
+    within 315 s" after under 50. Now the second process leaves at once, naming the index
+    it was given twice; the run stops, and host 0's row names host 1 and why."""
+    line = TRAIN.format(workload="gpt2-gated")
+    line += f" --hosts 2 --devices 2 --parallel dp --master 127.0.0.1:{free_port()} --timeout 200"
+    first = [two_hosts.start(0, line), two_hosts.start(1, line)]
+    started = list(first)
+    try:
+        under_way = [two_hosts.gate / f"reached-{rank}" for rank in (0, 1)]
+        gone = lambda: any(process.poll() is not None for process in first)  # noqa: E731
+        wait_for(
+            lambda: all(path.exists() for path in under_way) or gone(), "both hosts' ranks at their first step", 240
+        )
+        assert not gone(), [process.communicate()[0][-3000:] for process in first]
+        started.append(two_hosts.start(1, line, locks="locks-second"))  # the same index, another lock folder
+        code2, out2 = started[2].wait(timeout=120), started[2].communicate()[0]
+        (code0, out0), (code1, out1) = [(p.wait(timeout=120), p.communicate()[0]) for p in first]
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+    reason = "two processes joined as host 1: each host needs its own index, 0 to 1 (--node-rank, or the launcher's "
+    reason += "variable)"
+    assert code2 == 1 and reason in out2, out2[-3000:]
+    assert code0 == code1 == 0, out0[-3000:] + out1[-3000:]  # host 0 answered: they end as it does
+    (row,) = two_hosts.rows(0)
+    assert (row["status"], row["error"], row["failed_host"]) == ("failed", reason, 1), row["error"]
+    assert f"it recorded failed ({reason})" in out1
+
+
+def test_a_host_says_how_long_it_waited_for_a_host_0_that_went_away() -> None:
+    """Host 0's store gone while host 1 waits up to 300 s for the run's status: host 1 said
+    "host 0 gave no status for the run within 300 s" at once; it now says it stopped
+    answering, after how long. The rendezvous itself: a real TCPStore, a thread per host."""
+    import threading
+    import time
+
+    from tpubench.launch.hosts import HostGroup
+    from tpubench.spec import RunSpec
+
+    master = f"127.0.0.1:{free_port()}"
+    groups = [
+        HostGroup(RunSpec("s", "gpt2", "tiny", "cpu", "train", "float32", 4, devices=2, parallel="dp", hosts=2,
+                          node_rank=rank, master=master, join_timeout_s=30.0))
+        for rank in (0, 1)
+    ]  # fmt: skip
+    joins = [threading.Thread(target=group.join) for group in groups]
+    for thread in joins:
+        thread.start()
+    for thread in joins:
+        thread.join(timeout=60)
+    assert groups[1].run_id == groups[0].run_id != ""  # both joined
+    said: dict[str, object] = {}
+    began = time.monotonic()
+    follow = threading.Thread(target=lambda: said.update(groups[1].follow_host0(300.0)))
+    follow.start()
+    groups[0].close()  # host 0's store goes, with no status for the run
+    follow.join(timeout=60)
+    waited = time.monotonic() - began
+    groups[1].close()
+    assert waited < 60 and said["status"] == "failed" and said["host0_answered"] is False, said
+    assert re.fullmatch(r"host 0 stopped answering after \d+ s and gave no status for the run", str(said["error"]))
 
 
 @pytest.mark.nightly

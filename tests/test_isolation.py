@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from helpers import command, default_sigint, wait_for
+from helpers import command, default_sigint, tpubench, wait_for
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
@@ -125,3 +125,21 @@ def test_a_worker_that_hangs_after_its_result_keeps_its_row(fault_workloads: Non
     assert row["status"] == "ok"
     assert "sent its result but had not exited" in row["warnings"]
     assert row["finished_at"] - row["started_at"] < pd.Timedelta(seconds=60)
+
+
+def test_a_worker_whose_log_is_removed_gives_rows_that_say_so(fault_workloads: None, results_dir: Path) -> None:
+    """A worker whose scratch folder (its log with it) is removed while it runs, as a torch_xla
+    run with --profile once had: `tpubench run` died with a FileNotFoundError from the log's
+    tail, with no row and no summary. Now the run that finished keeps its row with a warning,
+    the one that crashed is a crashed row whose error says the log was gone, and the
+    invocation goes on to its summary."""
+    names = ["fault-lose-log", "fault-lose-log-abort", "fault-ok"]
+    workloads = " ".join(f"--workload {name}" for name in names)
+    done = tpubench(f"run {workloads} --backend cpu --mode infer --steps 2 --warmup 1 --results", str(results_dir))
+    assert "Traceback" not in done.stderr and "tpubench results" in done.stdout, done.stderr[-3000:]
+    rows = store.load_runs(results_dir).set_index("workload")
+    assert rows.loc[names, "status"].tolist() == ["ok", "crashed", "ok"], rows[["status", "error"]]
+    assert "worker's log was gone" in rows.loc["fault-lose-log", "warnings"]
+    crashed = rows.loc["fault-lose-log-abort"]
+    assert crashed["error"].startswith("worker killed by SIGABRT") and "worker's log was gone" in crashed["error"]
+    assert "worker's log was gone" in crashed["stderr_tail"]

@@ -8,6 +8,7 @@ next run starts, so Ctrl-C or a crash of the parent keeps them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from tpubench import devicelock
 from tpubench.backends import get_backend
 from tpubench.backends.base import DEFAULT_WORKER_ENV, SIMULATED_DEVICES_ENV
 from tpubench.fingerprint import fingerprint, fingerprint_hash
+from tpubench.launch import hosts
 from tpubench.launch.process import classify, run_worker, worker_env
 from tpubench.parallel import host_devices, is_multi_process, planning, spec_columns
 from tpubench.results_dir import is_remote
@@ -171,7 +173,7 @@ def probe(python: str, backends: list[str]) -> dict[str, Any]:
         outcome_result, reason = None, f"cannot start {python}: {error}"
     else:
         outcome_result = outcome.result
-        last_line = (outcome.stderr_tail.strip().splitlines() or ["no output"])[-1]
+        last_line = (outcome.stderr_tail.strip().splitlines() or [outcome.lost_log or "no output"])[-1]
         reason = f"probe with {python} failed: {last_line}"
     if outcome_result is not None:
         return outcome_result
@@ -211,6 +213,17 @@ def lock_name(device_kind: str, env: dict[str, str], devices: int = 1) -> list[s
     pinned = [part.strip() for part in env.get(variable, "").split(",") if part.strip()]
     chosen = pinned[:devices] if pinned else [str(index) for index in range(devices)]
     return [f"{device_kind}-{device}" for device in sorted(chosen, key=_device_order)]
+
+
+def lock_job(spec: RunSpec) -> devicelock.Job | None:
+    """The run over several hosts that ``spec`` is this host's share of, as the device locks
+    name it (:class:`tpubench.devicelock.Job`): its rendezvous and what it runs, equal on every
+    host of the run, so that hosts of one run on one machine share its devices instead of
+    each waiting for the other. None for a run on one host."""
+    if spec.hosts == 1:
+        return None
+    what = hashlib.sha256(json.dumps(hosts.identity(spec), sort_keys=True).encode()).hexdigest()[:16]
+    return devicelock.Job(f"{spec.master} {what}", spec.node_rank)
 
 
 def _device_order(device: str) -> tuple[int, int | str]:
@@ -278,7 +291,7 @@ class Executor:
             spec = replace(spec, trace_dir=str(((trace_root or Path(staging)) / spec.run_id).resolve()))
         on_wait = wait_reporter(on_event)
         try:
-            with devicelock.hold(locks, on_wait) as waited:
+            with devicelock.hold(locks, on_wait, lock_job(spec)) as waited:
                 # started_at and finished_at are stamped while this process holds the device's
                 # lock: the rows of one device never overlap, and the wait before is device_wait_s
                 started_at = datetime.now(UTC)

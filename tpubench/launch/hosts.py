@@ -13,6 +13,9 @@ The store carries, under ``tpubench/``:
 - ``join/K``: host K joined (its name and address, and what it runs). Host 0 waits for
   every host, each at most the join timeout (:func:`join_timeout`): a host that never comes
   fails the run with "host K did not join"; a host that runs another benchmark fails it too.
+- ``joined/K``: how many processes joined as host K (an atomic count). A second one (two
+  processes given one ``--node-rank``) leaves at once and ends the run, whose row names the
+  index given twice; once their ranks met, gloo only said "Connection reset by peer".
 - ``start``: host 0's answer (its run id, every host's address), or why the run stops.
 - ``result/K``: host K's outcome: its ranks' results, or its failure (the rank that died or
   raised first, when, and its output's tail). Host 0 merges them into the job's row.
@@ -52,6 +55,8 @@ BYE_S = 10.0
 #: the spec fields that differ from host to host: the rest must match for the hosts to run together
 HOST_FIELDS = ("node_rank", "master", "run_id", "trace_dir", "compile_cache", "join_timeout_s")
 PREFIX = "tpubench/"
+#: a wait for host 0 that ended this much before its timeout ended because the store went away
+WAIT_SLACK_S = 1.0
 
 
 class HostFailure(Exception):
@@ -208,15 +213,19 @@ class HostGroup:
         timeout = join_timeout(self.spec)
         started = time.monotonic()
         self.store = self._connect(timeout)
+        if self.rank != 0 and self.store.add(self.key(f"joined/{self.rank}"), 1) > 1:
+            reason = twice(self.rank, self.hosts)
+            with contextlib.suppress(RuntimeError):  # the run ends: host 0's row names this index
+                self.set("end", {"host": self.rank, "error": reason})
+            raise HostFailure("failed", reason, self.rank)
         host, port = self.master
         mine = {"host": socket.gethostname(), "address": host if self.rank == 0 else route_address(host, port)}
         self.set(f"join/{self.rank}", {**mine, "spec": identity(self.spec)})
         if self.rank == 0:
             self._gather_joins(started + timeout, timeout)
         else:
-            left = started + timeout - time.monotonic()
-            if not self.wait("start", left):
-                raise HostFailure("failed", f"host 0 did not start the run within {timeout:g} s of joining", 0)
+            if not self.wait("start", started + timeout - time.monotonic()):
+                raise HostFailure("failed", silence(time.monotonic() - started, timeout, "did not start the run"), 0)
             try:
                 start = self.get("start")
                 if "error" in start:
@@ -235,6 +244,8 @@ class HostGroup:
                 late = ", ".join(f"host {k}" for k in missing)
                 reason = f"{late} did not join within {timeout:g} s"
                 self.stop_start(reason, missing[0])
+        if doubled := self.joined_twice():
+            self.stop_start(twice(doubled[0], self.hosts), doubled[0])
         joined = [self.get(f"join/{k}") for k in range(self.hosts)]
         for other, seen in enumerate(joined):
             if seen["spec"] != joined[0]["spec"]:
@@ -243,6 +254,10 @@ class HostGroup:
                 self.stop_start(f"host {other} runs another benchmark than host 0 (it differs in {what})", other)
         self.run_id, self.addresses = self.spec.run_id, [seen["address"] for seen in joined]
         self.set("start", {"run_id": self.run_id, "addresses": self.addresses})
+
+    def joined_twice(self) -> list[int]:
+        """The host indexes that more than one process joined as."""
+        return [k for k in range(1, self.hosts) if self.store.add(self.key(f"joined/{k}"), 0) > 1]
 
     def stop_start(self, reason: str, host: int) -> None:
         """Host 0: tell the hosts that joined that the run stops, and why; then fail it."""
@@ -319,8 +334,10 @@ class HostGroup:
             self.wait(f"bye/{other}", deadline - time.monotonic())
 
     def follow_host0(self, timeout: float) -> dict[str, Any]:
-        """Another host: the status host 0 gave the row, as this host's result."""
+        """Another host: the status host 0 gave the row, as this host's result; where it gave
+        none, how long this host waited for it (:func:`silence`)."""
         answered = False
+        started = time.monotonic()
         if self.wait("status", timeout):
             try:
                 status, answered = self.get("status"), True
@@ -328,7 +345,8 @@ class HostGroup:
             except RuntimeError as error:
                 status = {"status": "failed", "error": f"host 0 stopped answering: {first_line(error)}"}
         else:
-            status = {"status": "failed", "error": f"host 0 gave no status for the run within {timeout:g} s"}
+            error = silence(time.monotonic() - started, timeout, "gave no status for the run")
+            status = {"status": "failed", "error": error}
         return {**status, "host_row": 0, "node_rank": self.rank, "host0_answered": answered}
 
     def close(self) -> None:
@@ -344,6 +362,23 @@ class HostGroup:
             for fd in self._signal:
                 os.close(fd)
             self._signal = None
+
+
+def silence(waited: float, timeout: float, what: str) -> str:
+    """Why a wait of at most ``timeout`` seconds for host 0 got no answer after ``waited``: it
+    ran out, or host 0's store went away first, and then the error says how long this host
+    actually waited (it once said "within 315 s" after under 50)."""
+    if waited >= timeout - WAIT_SLACK_S:
+        return f"host 0 {what} within {timeout:g} s"
+    return f"host 0 stopped answering after {waited:.0f} s and {what}"
+
+
+def twice(host: int, hosts: int) -> str:
+    """Why a run stops whose host index ``host`` two processes were given."""
+    return (
+        f"two processes joined as host {host}: each host needs its own index, 0 to {hosts - 1} (--node-rank, or "
+        "the launcher's variable)"
+    )
 
 
 def print_tail(host: int, rank: int | None, tail: str) -> None:

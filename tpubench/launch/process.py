@@ -48,13 +48,20 @@ class Outcome:
     stderr_tail: str
     wall_s: float
     notes: list[str] = field(default_factory=list)  # what the parent had to do (a kill after the result)
+    lost_log: str | None = None  # why there is no output: the worker's log was gone when it ended
 
 
-def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
-    with open(path, "rb") as stream:
-        stream.seek(0, os.SEEK_END)
-        stream.seek(max(0, stream.tell() - 64 * 1024))
-        text = stream.read().decode(errors="replace")
+def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str | None:
+    """The last ``lines`` of the worker's log; None when the log is gone: something removed the
+    run's scratch folder while the worker ran (once under torch_xla with ``--profile``, where the
+    FileNotFoundError ended the whole invocation, with no row and no summary)."""
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(0, os.SEEK_END)
+            stream.seek(max(0, stream.tell() - 64 * 1024))
+            text = stream.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
     return "\n".join(text.splitlines()[-lines:])
 
 
@@ -196,7 +203,13 @@ def run_worker(
         except BaseException:
             worker.kill()
             raise
-        return Outcome(result, returncode, timed_out, _tail(log_path), time.perf_counter() - started, notes)
+        tail = _tail(log_path)
+        lost = (
+            None
+            if tail is not None
+            else f"the worker's log was gone when it ended ({scratch} was removed while it ran)"
+        )
+        return Outcome(result, returncode, timed_out, tail or "", time.perf_counter() - started, notes, lost)
     finally:
         for fd in (read_fd, write_fd, lifeline):
             if fd is not None and fd >= 0:
@@ -267,8 +280,11 @@ def classify(outcome: Outcome, timeout_s: float) -> dict[str, Any]:
         row = {"status": "crashed", "error": f"worker killed by {name}{hint}"}
     else:
         row = {"status": "crashed", "error": f"worker exited with code {outcome.returncode} and no result"}
-    if outcome.notes:
-        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *outcome.notes]))
+    if outcome.lost_log and outcome.result is None:
+        row["error"] += f"; {outcome.lost_log}, so its output is lost"
+    notes = [*outcome.notes, *([outcome.lost_log] if outcome.lost_log and row["status"] == "ok" else [])]
+    if notes:
+        row["warnings"] = "\n".join(filter(None, [row.get("warnings"), *notes]))
     if row["status"] != "ok":
-        row["stderr_tail"] = outcome.stderr_tail
+        row["stderr_tail"] = outcome.stderr_tail if outcome.lost_log is None else f"({outcome.lost_log})"
     return row

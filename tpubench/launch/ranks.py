@@ -301,6 +301,8 @@ def finish_hosts(spec: RunSpec, group: hosts.HostGroup, outcome: dict[str, Any])
     outcomes = group.gather(outcome, collective_s)
     if all(o is not None and o["status"] == "ok" for o in outcomes.values()):
         row = merged_hosts(spec, outcomes)  # type: ignore[arg-type]
+    elif doubled := group.joined_twice():  # the run was stopped by the second process of one index
+        row = {"status": "failed", "error": hosts.twice(doubled[0], spec.hosts), "failed_host": doubled[0]}
     else:
         row = hosts.culprit(outcomes)
     group.announce(row)

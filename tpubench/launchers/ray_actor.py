@@ -173,12 +173,12 @@ class DeviceWorker:
         """
         from tpubench import devicelock
         from tpubench.backends import get_backend
-        from tpubench.runner import Executor, facts_for, lock_name, probe, python_for, wait_reporter
+        from tpubench.runner import Executor, facts_for, lock_job, lock_name, probe, python_for, wait_reporter
 
         backend = get_backend(spec.backend)
         # the ones Executor.run takes: every device of the run, pinned as its worker will be
         lock = lock_name(backend.device_kind, worker_env(backend.worker_env_for(spec)), host_devices(spec))
-        with devicelock.hold(lock, wait_reporter(forward)) as waited:
+        with devicelock.hold(lock, wait_reporter(forward), lock_job(spec)) as waited:
             key = (python_for(self.pythons, spec.backend), spec.backend)
             if key not in self.probes:
                 self.probes[key] = probe(key[0], [spec.backend])
