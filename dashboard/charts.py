@@ -24,7 +24,7 @@ from tpubench.analysis.categories import CATEGORIES
 from tpubench.analysis.compiles import CAUSE_WORDS
 from tpubench.analysis.identity import config_labels
 from tpubench.analysis.ops import OTHERS
-from tpubench.analysis.roofline import RooflineCeilings
+from tpubench.analysis.roofline import NO_CEILING, RooflineCeilings, line_of
 
 BACKEND_COLOURS = {
     "cpu": "#6baed6",
@@ -37,7 +37,7 @@ BACKEND_COLOURS = {
     "tpu-compile": "#54278f",
 }
 _SPARE = px.colors.qualitative.Safe
-BOUND_COLOURS = {"compute": "#c62828", "memory": "#1565c0", "overhead": "#f9a825", "no ceilings": "#757575"}
+BOUND_COLOURS = {"compute": "#c62828", "memory": "#1565c0", "overhead": "#f9a825", NO_CEILING: "#757575"}
 VERDICT_COLOURS = {
     "regressed": "#c62828",
     "improved": "#2e7d32",
@@ -534,7 +534,7 @@ def roofline_chart(runs: list[tuple[str, pd.DataFrame, RooflineCeilings]]) -> go
     ]
     low, high = (min(intensities) / 2, max(intensities) * 2) if intensities else (0.01, 100.0)
     for (label, points), symbol in zip(placed, ROOFLINE_SYMBOLS, strict=False):
-        bounds = points["bound"].fillna("no ceilings")
+        bounds = line_of(points)
         for bound in dict.fromkeys(bounds):
             these = points[bounds == bound]
             figure.add_trace(
