@@ -810,8 +810,9 @@ def memory_bars(stacked: pd.DataFrame, title: str = "Memory by part (GiB per dev
     return _layout(figure, height=440, barmode="stack")
 
 
-def memory_timeline(wide: pd.DataFrame) -> go.Figure:
-    """One profiled step's memory by torch.profiler category (``tpubench.analysis.memory.timeline``)."""
+def memory_timeline(wide: pd.DataFrame, title: str = "One profiled step by category (MiB)") -> go.Figure:
+    """One profiled step's memory by torch.profiler category (``tpubench.analysis.memory.timeline``);
+    ``title`` names the rank on a multi-rank run."""
     categories = [c for c in wide.columns if c != "t_ms"]
     long = wide.melt(id_vars="t_ms", value_vars=categories, var_name="category", value_name="bytes")
     long["MiB"] = long["bytes"] / 2**20
@@ -823,7 +824,7 @@ def memory_timeline(wide: pd.DataFrame) -> go.Figure:
         line_shape="hv",
         category_orders={"category": categories},
         labels={"t_ms": "time in the step (ms)"},
-        title="One profiled step by category (MiB)",
+        title=title,
     )
     return _layout(figure, height=400)
 
