@@ -241,6 +241,10 @@ def test_an_xla_runs_dots_add_up_to_its_flops_per_step(results: Path, xla_run: d
     assert set(dots["flops_source"]) == {"hlo dot"}
     elementwise = roofline.counted_flops(table).set_index("flops_source").loc["hlo elementwise", "flops_per_step"]
     assert elementwise > 0  # listed apart from the dots
+    ops = store.load_ops(results, run_id=xla_run["run_id"])
+    shares = roofline.step_shares(ops, roofline.ceilings_for(xla_run["device"], "cpu", xla_run["dtype"]))
+    assert shares["time_share"].sum() == pytest.approx(1.0)  # the ops' 56% and the step's rest, outside any op
+    assert shares.set_index("line").loc[roofline.OUTSIDE, "time_share"] > 0
     assert table["flops_source"].isna().any()  # exponentials, tanh: uncounted, not zero
 
 
