@@ -258,8 +258,8 @@ def profile_timeline(
 
     torch's memory profile checks the data flow it rebuilds from the recording, and on an
     FSDP rank over gloo that check sometimes fails (``AssertionError: version mismatch``,
-    seen once in three 2-rank runs here: the collectives' threads' ops interleave with the
-    main thread's); the step is then profiled again, up to :data:`PROFILE_ATTEMPTS` times,
+    in one of the first three 2-rank runs here; the cause inside torch was not found); the
+    step is then profiled again, up to :data:`PROFILE_ATTEMPTS` times,
     before the run fails with it. Every rank profiles again when one must
     (:func:`every_rank`): a rank that stepped alone would wait in its collectives."""
     import torch
