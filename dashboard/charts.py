@@ -24,7 +24,7 @@ from tpubench.analysis.categories import CATEGORIES
 from tpubench.analysis.compiles import CAUSE_WORDS
 from tpubench.analysis.identity import config_labels
 from tpubench.analysis.ops import OTHERS
-from tpubench.analysis.roofline import RooflineCeilings
+from tpubench.analysis.roofline import NO_CEILING, RooflineCeilings, line_of
 
 BACKEND_COLOURS = {
     "cpu": "#6baed6",
@@ -37,7 +37,7 @@ BACKEND_COLOURS = {
     "tpu-compile": "#54278f",
 }
 _SPARE = px.colors.qualitative.Safe
-BOUND_COLOURS = {"compute": "#c62828", "memory": "#1565c0", "overhead": "#f9a825", "no ceilings": "#757575"}
+BOUND_COLOURS = {"compute": "#c62828", "memory": "#1565c0", "overhead": "#f9a825", NO_CEILING: "#757575"}
 VERDICT_COLOURS = {
     "regressed": "#c62828",
     "improved": "#2e7d32",
@@ -534,7 +534,7 @@ def roofline_chart(runs: list[tuple[str, pd.DataFrame, RooflineCeilings]]) -> go
     ]
     low, high = (min(intensities) / 2, max(intensities) * 2) if intensities else (0.01, 100.0)
     for (label, points), symbol in zip(placed, ROOFLINE_SYMBOLS, strict=False):
-        bounds = points["bound"].fillna("no ceilings")
+        bounds = line_of(points)
         for bound in dict.fromkeys(bounds):
             these = points[bounds == bound]
             figure.add_trace(
@@ -810,8 +810,9 @@ def memory_bars(stacked: pd.DataFrame, title: str = "Memory by part (GiB per dev
     return _layout(figure, height=440, barmode="stack")
 
 
-def memory_timeline(wide: pd.DataFrame) -> go.Figure:
-    """One profiled step's memory by torch.profiler category (``tpubench.analysis.memory.timeline``)."""
+def memory_timeline(wide: pd.DataFrame, title: str = "One profiled step by category (MiB)") -> go.Figure:
+    """One profiled step's memory by torch.profiler category (``tpubench.analysis.memory.timeline``);
+    ``title`` names the rank on a multi-rank run."""
     categories = [c for c in wide.columns if c != "t_ms"]
     long = wide.melt(id_vars="t_ms", value_vars=categories, var_name="category", value_name="bytes")
     long["MiB"] = long["bytes"] / 2**20
@@ -823,7 +824,7 @@ def memory_timeline(wide: pd.DataFrame) -> go.Figure:
         line_shape="hv",
         category_orders={"category": categories},
         labels={"t_ms": "time in the step (ms)"},
-        title="One profiled step by category (MiB)",
+        title=title,
     )
     return _layout(figure, height=400)
 

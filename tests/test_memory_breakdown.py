@@ -116,9 +116,9 @@ def test_xla_spmd_counts_each_devices_shard_and_leaves_only_activations_unknown(
     assert pd.isna(row["mem_activations_bytes"]) and pd.isna(row["peak_mem_bytes"])
 
 
-def test_fsdp_over_two_gloo_ranks_holds_half_on_each(user: Path) -> None:
-    found = cli(f"run --model mlp.py:make_model --inputs mlp.py:make_inputs --backend cpu {QUICK} "
-                "--devices 2 --parallel fsdp --results r", user, {"GLOO_SOCKET_IFNAME": "lo"})  # fmt: skip
+def test_fsdp_over_two_gloo_ranks_holds_half_on_each(user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = cli(f"run --model mlp.py:make_model --inputs mlp.py:make_inputs --backend cpu {QUICK} --devices 2 "
+                "--parallel fsdp --profile-memory --results r", user, {"GLOO_SOCKET_IFNAME": "lo"})  # fmt: skip
     assert found.returncode == 0, found.stderr
     row, memory = one_run(user / "r")
     ranks = analysis.per_rank(memory).set_index("rank")
@@ -130,6 +130,45 @@ def test_fsdp_over_two_gloo_ranks_holds_half_on_each(user: Path) -> None:
             assert abs(held - whole / 2) <= row_bytes * (2 if part == "optimizer" else 1), (part, rank, held)
     fullest = ranks["peak"].idxmax()
     assert row["mem_weights_bytes"] == ranks.loc[fullest, "weights"]  # the row: the rank that decides the fit
+    assert analysis.breakdown_rank(memory) == fullest
+    fsdp_profiled_step_names_its_rank_and_its_optimizer_state(user, row, memory, monkeypatch)
+
+
+def fsdp_profiled_step_names_its_rank_and_its_optimizer_state(
+    user: Path, row: dict, memory: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--profile-memory on FSDP (the run above): each rank's optimizer state is a category of
+    its own, equal to that rank's counted state (the profiler cannot see through DTensor,
+    and called it unknown, so the step had none); the weights read above the shard by
+    design (FSDP's all-gathered copies), said so, with no claim of agreement; the memory
+    command, its JSON and Run details name the rank they show."""
+    ranks = analysis.per_rank(memory).set_index("rank")
+    for rank in (0, 1):
+        agreement = analysis.profiler_agreement(row, memory, rank).set_index("part")
+        assert agreement.loc["optimizer", "counted"] == ranks.loc[rank, "optimizer"]  # this rank's, not the row's
+        assert agreement.loc["optimizer", "ratio"] == 1.0
+        assert agreement.loc["weights", "ratio"] > 2  # the shard, the all-gather buffer, the unsharded copies
+    shown = cli(f"memory {row['run_id']} --results r", user)
+    assert shown.returncode == 0, shown.stderr
+    assert "one profiled step of rank 0" in shown.stdout and "profiler / counted, rank 0:" in shown.stdout
+    assert "optimizer 1.000x" in shown.stdout and "all-gathers" in shown.stdout and "within" not in shown.stdout
+    said = json.loads(cli(f"memory {row['run_id']} --json --results r", user).stdout)
+    assert said["breakdown_rank"] == int(ranks["peak"].idxmax()) and set(said["profiler_agreement"]) == {"0", "1"}
+    assert "all-gathers" in said["profiler_note"]
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import RESULTS_ENV, catalog
+
+    monkeypatch.setenv(RESULTS_ENV, str(user / "r"))
+    details = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    details.switch_page(catalog.BY_TITLE["Run details"].path)
+    details.query_params.update(run=row["run_id"])
+    details.run()
+    assert not details.exception, details.exception[0].value
+    titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in details.get("plotly_chart")]
+    assert "One profiled step by category (MiB), rank 0" in titles
+    captions = "\n".join(str(caption.value) for caption in details.get("caption"))
+    assert "Profiler / counted, rank 0:" in captions and "optimizer 1.000x" in captions
 
 
 def test_profile_memory_on_a_backend_without_allocator_events_is_refused_before_anything_runs(user: Path) -> None:

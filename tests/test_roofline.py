@@ -27,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from tpubench import store
 from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import roofline
-from tpubench.traces import ingest
+from tpubench.traces import hlo, ingest
 
 M, K, N = 64, 96, 48
 
@@ -109,6 +109,58 @@ def test_a_trace_without_shapes_gets_no_figures(tmp_path: Path) -> None:
     assert rows["aten::mm"]["flops"] is None and rows["aten::mm"]["shapes"] is None
 
 
+def hlo_module(name: str) -> bytes:
+    """An HloProto as an xplane's metadata plane carries it: a dot, an add, a fusion of a
+    multiply and a reduce, a fusion of a dot and an add, and a transpose (f32, 4x8 by 8x3)."""
+    messages = hlo._messages()
+    f32 = 11
+
+    def shape(*dims: int):
+        return messages["ShapeProto"](element_type=f32, dimensions=list(dims))
+
+    def instruction(id: int, opcode: str, dims: tuple[int, ...], operands=(), called=(), **extra):
+        return messages["HloInstructionProto"](
+            name=f"{opcode}.{id}", opcode=opcode, shape=shape(*dims), id=id, operand_ids=list(operands),
+            called_computation_ids=list(called), **extra,
+        )  # fmt: skip
+
+    contract = messages["DotDimensionNumbers"](lhs_contracting_dimensions=[1], rhs_contracting_dimensions=[0])
+    lhs, rhs = instruction(1, "parameter", (4, 8)), instruction(2, "parameter", (8, 3))
+    scaled = messages["HloComputationProto"](
+        name="scaled", id=10,
+        instructions=[instruction(11, "parameter", (4, 8)), instruction(12, "multiply", (4, 8), (11, 11)),
+                      instruction(13, "reduce", (4,), (12,))],
+    )  # fmt: skip
+    biased = messages["HloComputationProto"](
+        name="biased", id=20,
+        instructions=[instruction(21, "parameter", (4, 8)), instruction(22, "parameter", (8, 3)),
+                      instruction(23, "dot", (4, 3), (21, 22), dot_dimension_numbers=contract),
+                      instruction(24, "add", (4, 3), (23, 23))],
+    )  # fmt: skip
+    entry = messages["HloComputationProto"](
+        name="main", id=1,
+        instructions=[lhs, rhs, instruction(3, "dot", (4, 3), (1, 2), dot_dimension_numbers=contract),
+                      instruction(4, "add", (4, 3), (3, 3)), instruction(5, "fusion", (4,), (1,), (10,)),
+                      instruction(6, "fusion", (4, 3), (1, 2), (20,)), instruction(7, "transpose", (8, 4), (1,))],
+    )  # fmt: skip
+    module = messages["HloModuleProto"](name=name, computations=[scaled, biased, entry], entry_computation_id=1)
+    return messages["HloProto"](hlo_module=module).SerializeToString()
+
+
+def test_an_xla_runs_dots_and_elementwise_flops_come_from_sources_of_their_own() -> None:
+    """docs/roofline.md lists XLA's elementwise FLOPs apart from its dots, which add up to the
+    run's flops_per_step; one source ("hlo shapes") for both summed them instead."""
+    module = hlo.parse_modules({"SyncTensorsGraph.1(0)": hlo_module("m")})["SyncTensorsGraph.1"]
+    found = {name: module.count(name) for name in ("dot.3", "add.4", "fusion.5", "fusion.6", "transpose.7")}
+    assert {name: (c.flops, c.flops_source) for name, c in found.items()} == {
+        "dot.3": (2 * 4 * 3 * 8, "hlo dot"),
+        "add.4": (4 * 3, "hlo elementwise"),
+        "fusion.5": (4 * 8 + 4 * 8, "hlo elementwise"),  # a multiply per element, a reduce per input element
+        "fusion.6": (2 * 4 * 3 * 8 + 4 * 3, "hlo dot+elementwise"),
+        "transpose.7": (0, "hlo data movement"),
+    }
+
+
 # --- the ceilings -----------------------------------------------------------------------
 
 
@@ -176,7 +228,8 @@ def test_a_cpu_runs_matmul_and_attention_flops_add_up_to_its_flops_per_step(resu
     counted = roofline.counted_flops(table_of(results, cpu_run)).set_index("flops_source")
     assert counted.loc["flop_counter", "flops_per_step"] == pytest.approx(cpu_run["flops_per_step"], rel=0.05)
     assert counted.loc["elementwise", "flops_per_step"] > 0
-    assert counted.loc[roofline.UNCOUNTED, "time_us_per_step"] > 0  # softmax, gelu...: no formula, no figure
+    assert counted.loc[roofline.NO_FORMULA, "ops"] > 0  # softmax, gelu...: no formula, no figure
+    assert pd.isna(counted.loc[roofline.NO_FORMULA, "flops_per_step"])
 
 
 @pytest.mark.nightly
@@ -185,7 +238,13 @@ def test_an_xla_runs_dots_add_up_to_its_flops_per_step(results: Path, xla_run: d
     assert set(table["source"]) == {"hlo"}
     dots = table[table["key"].str.startswith("matmul ")]
     assert dots["flops_per_step"].sum() == pytest.approx(xla_run["flops_per_step"], rel=0.05)
-    assert set(dots["flops_source"]) == {"hlo shapes"}
+    assert set(dots["flops_source"]) == {"hlo dot"}
+    elementwise = roofline.counted_flops(table).set_index("flops_source").loc["hlo elementwise", "flops_per_step"]
+    assert elementwise > 0  # listed apart from the dots
+    ops = store.load_ops(results, run_id=xla_run["run_id"])
+    shares = roofline.step_shares(ops, roofline.ceilings_for(xla_run["device"], "cpu", xla_run["dtype"]))
+    assert shares["time_share"].sum() == pytest.approx(1.0)  # the ops' 56% and the step's rest, outside any op
+    assert shares.set_index("line").loc[roofline.OUTSIDE, "time_share"] > 0
     assert table["flops_source"].isna().any()  # exponentials, tanh: uncounted, not zero
 
 
@@ -215,8 +274,12 @@ def test_matmuls_are_labelled_by_their_intensity_against_the_ceilings_used(resul
             row["flops_per_step"] / (row["time_us_per_step"] * 1e-6) / ceiling
         )
     assert {"compute", "memory"} <= set(matmuls["bound"])
-    split = roofline.bound_split(table)
-    assert split["time_share"].sum() == pytest.approx(table["time_share"].sum())
+    shares = roofline.step_shares(store.load_ops(results, run_id=cpu_run["run_id"]), ceilings).set_index("line")
+    assert shares["time_share"].sum() == pytest.approx(1.0)
+    assert shares.loc[["compute", "memory"], "ops"].tolist() == [
+        int((table["bound"] == bound).sum()) for bound in ("compute", "memory")
+    ]  # the step's lines are the table's points, per op and shape
+    assert roofline.NO_CEILING not in shares.index  # every op with FLOPs and bytes has a bound here
     fix = roofline.fix_first(table)
     assert fix["saving_us_per_step"].is_monotonic_decreasing and (fix["saving_us_per_step"] >= 0).all()
 
@@ -242,7 +305,8 @@ def test_roofline_command_gives_the_table_and_summary_as_json(results: Path, cpu
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["ceilings"]["source"] == "measured" and found["ceilings"]["ridge"] == pytest.approx(5.0)
-    assert {row["bound"] for row in found["by_bound"]} <= {"compute", "memory", "overhead", "uncounted"}
+    assert {row["bound"] for row in found["by_bound"]} <= {*roofline.SHARE_PARTS}
+    assert sum(row["time_share"] for row in found["by_bound"]) == pytest.approx(1.0)
     assert found["fix_first"] and found["ops"][0]["time_us_per_step"] >= found["ops"][-1]["time_us_per_step"]
     shown = in_process(f"roofline {cpu_run['run_id']} --results", str(results))
     assert shown.returncode == 0 and "aten::mm" in shown.stdout
@@ -291,6 +355,53 @@ def test_roofline_command_pairs_two_runs(results: Path, cpu_run: dict, xla_run: 
     assert keys and all(key.startswith("matmul ") for key in keys)
 
 
+def test_the_step_shares_add_up_to_the_step_and_say_no_ceiling_for_an_op_with_flops(
+    results: Path, cpu_run: dict
+) -> None:
+    """The lines of the traced step (ops with a bound, with FLOPs but no ceiling, without a
+    formula, and the time outside any op) add up to 100% of it; on a CPU without ceilings
+    an aten::mm, which has FLOPs, is "no ceiling", never "uncounted". Before, the CLI's
+    lines summed to 99% with no line for the rest and called the matmuls uncounted."""
+    done = in_process(f"roofline {cpu_run['run_id']} --json --results", str(results))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    lines = {row["bound"]: row for row in found["by_bound"]}
+    assert sum(row["time_share"] for row in lines.values()) == pytest.approx(1.0, abs=1e-9)
+    ops = store.load_ops(results, run_id=cpu_run["run_id"])
+    first = ops.iloc[0]
+    step_us = first["step_time_us"] / first["traced_steps"]
+    outside = step_us - ops["self_time_us"].sum() / first["traced_steps"]  # one source here: aten
+    assert set(ops["source"]) == {"aten"} and outside > 0
+    assert lines[roofline.OUTSIDE]["time_us_per_step"] == pytest.approx(outside)
+    assert roofline.OUTSIDE in lines and roofline.NO_FORMULA in lines and "uncounted" not in lines
+    assert {"compute", "memory"}.isdisjoint(lines)  # no ceilings for this CPU
+    mm = next(row for row in found["ops"] if row["op"] == "aten::mm")
+    assert mm["flops_per_step"] > 0 and mm["bound"] is None
+    shown = in_process(f"roofline {cpu_run['run_id']} --results", str(results)).stdout
+    [mm_line] = [line for line in shown.splitlines() if "aten::mm " in line]
+    assert "no ceiling" in mm_line and "uncounted" not in shown
+    assert f"outside any op {100 * lines[roofline.OUTSIDE]['time_share']:.1f}%" in shown
+
+
+def test_ops_that_overlap_in_time_give_a_negative_line_and_the_step_still_adds_up() -> None:
+    """Two threads' ops that ran at once add up to more than the step: the last line says so,
+    negative, rather than a share above 100% with nothing to read it by."""
+    common = {"source": "aten", "traced_steps": 1, "step_time_us": 100.0, "calls": 1, "shapes": None}
+    ops = pd.DataFrame(
+        [
+            {"op": "aten::mm", "category": "matmul", "self_time_us": 70.0, "flops": 2e9, "bytes_accessed": 6e6,
+             "flops_source": "flop_counter", "bytes_source": "shapes", **common},
+            {"op": "aten::softmax", "category": "elementwise", "self_time_us": 50.0, "flops": None,
+             "bytes_accessed": 1e6, "flops_source": None, "bytes_source": "shapes", **common},
+        ]
+    )  # fmt: skip
+    shares = roofline.step_shares(ops, roofline.RooflineCeilings(None, None, "none")).set_index("line")
+    assert shares["time_share"].to_dict() == pytest.approx(
+        {roofline.NO_CEILING: 0.7, roofline.NO_FORMULA: 0.5, roofline.OVERLAP: -0.2}
+    )
+    assert shares.loc[roofline.OVERLAP, "part"] == roofline.OUTSIDE
+
+
 def test_bad_input_is_one_line_that_says_how_to_record_a_trace(results: Path, cpu_run: dict, tmp_path: Path) -> None:
     # a run without a trace: the run as an unprofiled run stores it (no trace_path, no ops rows)
     untraced = copy_store(results, tmp_path / "untraced")
@@ -316,6 +427,32 @@ def test_bad_input_is_one_line_that_says_how_to_record_a_trace(results: Path, cp
         (f"{cpu_run['run_id']} --ceilings {tmp_path / 'none.csv'}", "no such file"),
     ):
         assert said in one_error_line(in_process(f"roofline {args} --results", str(results)))
+
+
+def test_a_ceilings_file_whose_rate_is_no_ceiling_is_one_error_line(
+    results: Path, cpu_run: dict, tmp_path: Path
+) -> None:
+    """A negative, zero, infinite or non-numeric rate, or a kind the reader would ignore, is
+    refused before anything is read against it (it gave a ridge of -41.7 FLOP/byte and
+    fractions of -408518101525.8%, or a traceback), naming the row and what it needs."""
+    for name, flops, bandwidth, said in (
+        ("negative", "-5e10", "1.2e9", "row 1 (matmul) has flops_per_s -5e+10; a ceiling is a positive number"),
+        ("text", "abc", "1.2e9", "row 1 (matmul) has flops_per_s 'abc'"),
+        ("zero", "5e10", "0", "row 2 (memory) has bytes_per_s 0; a ceiling is a positive number of bytes/s"),
+        ("infinite", "inf", "1.2e9", "row 1 (matmul) has flops_per_s inf"),
+    ):
+        path = tmp_path / f"{name}.csv"
+        device = cpu_run["device"]
+        path.write_text(
+            "kind,device,dtype,flops_per_s,bytes_per_s\n"
+            f"matmul,{device},float32,{flops},\nmemory,{device},,,{bandwidth}\n"
+        )
+        line = one_error_line(in_process(f"roofline {cpu_run['run_id']} --ceilings {path} --results", str(results)))
+        assert said in line, line
+    path = tmp_path / "kind.csv"
+    path.write_text(f"kind,device,dtype,flops_per_s,bytes_per_s\nmatmull,{cpu_run['device']},float32,5e10,\n")
+    line = one_error_line(in_process(f"roofline {cpu_run['run_id']} --ceilings {path} --results", str(results)))
+    assert "row 1 has kind 'matmull'; valid: matmul, memory" in line, line
 
 
 def test_a_gzipped_trace_counts_the_same(tmp_path: Path) -> None:
@@ -359,6 +496,25 @@ def test_the_ops_page_draws_the_roofline_and_says_which_ceilings(
     assert chart["layout"]["xaxis"]["type"] == "log" and chart["layout"]["yaxis"]["type"] == "log"
     sizes = [size for trace in chart["data"] for size in trace["marker"]["size"]]
     assert len(set(sizes)) > 1  # sized by time
+
+
+def test_the_ops_page_shows_the_same_step_shares_as_the_command(
+    results: Path, cpu_run: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One table of the step for the CLI and the page: the same lines, the same shares (the
+    page split by shape and the CLI by op, and its "uncounted" was everything but the
+    counted ops, 46% where the CLI said 39%)."""
+    done = in_process(f"roofline {cpu_run['run_id']} --json --results", str(results))
+    assert done.returncode == 0, done.stderr
+    command = pd.DataFrame(json.loads(done.stdout)["by_bound"])
+    app = ops_page(results, cpu_run["run_id"], monkeypatch)
+    [page] = [frame.value for frame in app.dataframe if "line" in frame.value.columns]
+    assert page["line"].tolist() == command["bound"].tolist()
+    assert page["ops"].tolist() == command["ops"].tolist()
+    assert page["% of step"].tolist() == pytest.approx(command["time_share"].tolist())
+    assert page["% of step"].sum() == pytest.approx(1.0)
+    said = "\n".join(str(element.value) for element in app.get("caption"))
+    assert "uncounted" not in said
 
 
 @pytest.mark.nightly

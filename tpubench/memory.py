@@ -170,12 +170,26 @@ class PartsCounter:
 
         self.model, self.device_type, self.sharded = model, device_type, sharded
         self.parts: Parts | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
         # a hook cannot remove itself (torch iterates the hooks' dict while calling them)
         self._handle = register_optimizer_step_post_hook(self._count)
 
     def _count(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.parts is None:
+            self.optimizer = optimizer
             self.parts = count_parts(self.model, optimizer, self.device_type, self.sharded)
+
+    def held(self) -> dict[str, list[torch.Tensor]]:
+        """The tensors that last the whole run, by the profiler category they are: the
+        parameters (this rank's shards) and the optimizer's state, for
+        :func:`profile_timeline` to name where the profiler cannot."""
+        import torch
+
+        state = self.optimizer.state.values() if self.optimizer is not None else []
+        return {
+            "PARAMETER": list(self.model.parameters()),
+            "OPTIMIZER_STATE": [v for values in state for v in values.values() if isinstance(v, torch.Tensor)],
+        }
 
     def finish(self) -> Parts:
         """The parts, counting the weights now if no optimizer step ran; removes the hook."""
@@ -221,23 +235,55 @@ def breakdown(parts: Parts, peak: int | None, baseline: int | None, sharded: boo
     }
 
 
+#: profiled steps :func:`profile_timeline` tries before torch's memory profile's error stands
+PROFILE_ATTEMPTS = 3
+
+
 def profile_timeline(
-    step: Callable[[], Any], device: torch.device, activities: list[Any], synchronize: Callable[[], None]
+    step: Callable[[], Any],
+    device: torch.device,
+    activities: list[Any],
+    synchronize: Callable[[], None],
+    held: dict[str, list[torch.Tensor]] | None = None,
 ) -> list[dict[str, Any]]:
     """One more ``step`` under torch.profiler's memory profile: the ``timeline`` rows of the
     memory table, bytes per category at each allocation event on ``device``, times in µs
-    from the step's first event. Categories that hold nothing during the step are left out."""
+    from the step's first event. Categories that hold nothing during the step are left out.
+
+    ``held`` (:meth:`PartsCounter.held`) names the run's lasting tensors where the profiler
+    leaves them uncategorised (:func:`name_held`): an FSDP rank's parameter shards and
+    optimizer state are DTensors, whose local storage the profiler does not trace back to
+    the module or the optimizer, so without it they read ``unknown`` and the step has no
+    optimizer-state category at all.
+
+    torch's memory profile checks the data flow it rebuilds from the recording, and on an
+    FSDP rank over gloo that check sometimes fails (``AssertionError: version mismatch``,
+    in one of the first three 2-rank runs here; the cause inside torch was not found); the
+    step is then profiled again, up to :data:`PROFILE_ATTEMPTS` times,
+    before the run fails with it. Every rank profiles again when one must
+    (:func:`every_rank`): a rank that stepped alone would wait in its collectives."""
     import torch
     from torch.profiler import profile
     from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, MemoryProfileTimeline
 
-    with profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        output = step()
-        synchronize()
-        del output
+    found, failure = None, None
+    for _ in range(PROFILE_ATTEMPTS):
+        with profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True) as prof:
+            output = step()
+            synchronize()
+            del output
+        try:
+            found, failure = MemoryProfileTimeline(prof._memory_profile()), None
+        except AssertionError as error:  # torch's data-flow check of one recording ("version mismatch"); see above
+            found, failure = None, error
+        if every_rank(found is not None, device):
+            break
+    if found is None:
+        raise failure or RuntimeError("torch's memory profile failed on another rank")
     if device.type == "cuda" and device.index is None:  # the profile names the device by its index
         device = torch.device("cuda", torch.cuda.current_device())
-    times, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(str(device))
+    name_held(found, held or {})
+    times, sizes = found._coalesce_timeline(str(device))
     if not times:
         return []
     first = min((t for t in times if t >= 0), default=0)  # -1: memory that existed before the profile
@@ -251,6 +297,38 @@ def profile_timeline(
         for t, row in zip(times, sizes, strict=True)
         for name, index in held.items()
     ]
+
+
+def every_rank(ok: bool, device: torch.device) -> bool:
+    """Whether ``ok`` holds on every rank of the run's process group (``ok`` itself in a
+    one-process run): one all-reduce of a flag, on ``device`` so that NCCL can carry it."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return ok
+    flag = torch.tensor([int(ok)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def name_held(found: Any, held: dict[str, list[torch.Tensor]]) -> None:
+    """Give the memory that existed before the profiled step and that the profiler left
+    uncategorised the category of the run's tensor it holds (``held``: the category's name
+    in ``torch.profiler._memory_profiler.Category``, then the tensors; a DTensor by its
+    local shard), matched by storage address. Only memory that predates the step and lasts
+    through it, so no address is another allocation's; a category the profiler gave is kept."""
+    from torch.profiler._memory_profiler import Action, Category, TensorKey
+
+    owner = {}
+    for name, tensors in held.items():
+        for tensor in map(local, tensors):
+            owner.setdefault((tensor.device, tensor.untyped_storage().data_ptr()), Category[name])
+    for _, action, (key, version), _ in found.timeline:
+        if action != Action.PREEXISTING or not isinstance(key, TensorKey):
+            continue
+        if found.categories.get(key, version) is None and (key.device, key.storage.ptr) in owner:
+            found.categories.set_by_id(key, owner[key.device, key.storage.ptr])
 
 
 def tpu_hbm_summary() -> str | None:

@@ -187,7 +187,7 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     if spec.profile_memory:  # after every figure is read: the profiler's own memory is in none
         channel.send("phase", phase="profile memory", step=0, of=1)
         row["memory"] += memory.profile_timeline(
-            step, backend.device(), backend.profiler_activities(), backend.synchronize
+            step, backend.device(), backend.profiler_activities(), backend.synchronize, counter.held()
         )
     trace_path = None
     if spec.profile_steps and spec.trace_dir:

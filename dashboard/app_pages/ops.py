@@ -60,26 +60,32 @@ def _roofline_of(view: ui.View, run_id: str, ops: pd.DataFrame) -> tuple[str, pd
     return run_id, roofline.roofline(ops, ceilings, by="shape"), ceilings
 
 
-def _show_roofline(found: list[tuple[str, pd.DataFrame, roofline.RooflineCeilings]], key: str) -> None:
-    """The roofline chart of one or two runs, which ceilings it used, and what to fix first."""
+SHARE_COLUMNS = {"time_us_per_step": "µs per step", "time_share": "% of step"}
+
+
+def show_shares(shares: pd.DataFrame) -> None:
+    """The traced step's lines, adding up to the step (the same table ``tpubench roofline``
+    prints, :func:`tpubench.analysis.roofline.step_shares`)."""
+    st.caption("The traced step by bound, per op and shape; the lines add up to the step:")
+    ui.table(shares.rename(columns=SHARE_COLUMNS).style.format({"% of step": "{:.1%}"}, precision=1, thousands=","))
+
+
+def _show_roofline(
+    found: list[tuple[str, pd.DataFrame, roofline.RooflineCeilings]], key: str, shares: pd.DataFrame | None = None
+) -> None:
+    """The roofline chart of one or two runs, which ceilings it used, and (one run: its
+    ``shares``) where its step went and what to fix first."""
     for run_id, table, ceilings in found:
         counted = table["intensity"].notna()
-        st.caption(
-            f"`{run_id}`: {ceilings.describe()}; {int(counted.sum())} of {len(table)} ops have FLOPs and bytes "
-            f"({table.loc[counted, 'time_share'].sum():.1%} of the step; the rest is uncounted: no formula, no figure)"
-        )
+        st.caption(f"`{run_id}`: {ceilings.describe()}; {int(counted.sum())} of {len(table)} ops have FLOPs and bytes")
     for run_id, table, _ in found:
         if warning := roofline.above_ceiling(table):
             st.warning(f"`{run_id}`: {warning}.")
     st.plotly_chart(charts.roofline_chart(found), key=key)
-    if len(found) == 1:
+    if shares is not None:
         _, table, ceilings = found[0]
+        show_shares(shares)
         if ceilings.ridge is not None:
-            split = roofline.bound_split(table)
-            st.caption(
-                "Time by bound: "
-                + ", ".join(f"{b} {s:.1%}" for b, s in zip(split["bound"], split["time_share"], strict=True))
-            )
             ui.table(roofline.fix_first(table).style.format(precision=1, thousands=","))
     else:
         paired = roofline.pair(found[0][1], found[1][1])
@@ -153,7 +159,7 @@ def main() -> None:
         ui.table(ranked_table(ranked).style.format(precision=1, thousands=","))
     st.subheader("Roofline")
     found = _roofline_of(view, run_id, ops)
-    _show_roofline([found], "ops-roofline")
+    _show_roofline([found], "ops-roofline", roofline.step_shares(ops, found[2]))
     st.subheader("Compare with another run")
     listed = profiled[profiled["run_id"] != run_id].iloc[::-1].head(ui.RUN_CHOICES)
     options = [NO_DIFF, *listed["run_id"]]

@@ -129,9 +129,20 @@ def memory_section(results: str, invocation: str, run: pd.Series) -> None:
         "torch objects; activations + temporaries are the measured peak above the baseline less them. The marker "
         "is the estimate that admitted the run (docs/memory-and-energy.md)."
     )
-    wide = memory_analysis.timeline(loaded.frame)
+    rank = memory_analysis.timeline_rank(loaded.frame)
+    wide = memory_analysis.timeline(loaded.frame, rank)
     if not wide.empty:
-        st.plotly_chart(charts.memory_timeline(wide), key="run-memory-timeline")
+        of_rank = f", rank {rank}" if len(ranks) > 1 else ""
+        title = f"One profiled step by category (MiB){of_rank}"
+        st.plotly_chart(charts.memory_timeline(wide, title), key="run-memory-timeline")
+        agreement = memory_analysis.profiler_agreement(run.to_dict(), loaded.frame, rank)
+        note = memory_analysis.profiler_note(run.to_dict())
+        command = f"tpubench memory {run['run_id']} --json"
+        every = f". Rank {rank}, the lowest; `{command}` has every rank's" if of_rank else ""
+        st.caption(
+            f"Profiler / counted{of_rank}: {memory_analysis.agreement_text(agreement)}{every}"
+            + (f". Note: {note}." if note else ".")
+        )
 
 
 #: the index's columns two runs must share for the page to offer them as a pair (the seed, not

@@ -19,8 +19,12 @@ shapes, ``by="shape"``) with FLOPs F and bytes B moved per step, and time t per 
   figures say they do no work of their own (views and allocations, ``none: view``; calls
   that call other ops, ``nested``; host/runtime rows such as autograd's and the
   optimizer's annotations). Else **compute** when I is at or above the ridge point (peak
-  ÷ bandwidth), **memory** below it. Null (``uncounted``) where F or B is unknown, or the
-  device has no ceilings: no figure is guessed.
+  ÷ bandwidth), **memory** below it. Null where F or B is unknown, or the device has no
+  ceilings: no figure is guessed (:func:`line_of` names such an op "no ceiling" when it has
+  FLOPs, "no formula" when it has none).
+
+:func:`step_shares` splits the traced step into those lines and the time outside any op,
+so that they add up to the step, for every reader alike.
 
 The ceilings come from one place, :func:`ceilings_for`: a measured ceilings table when
 one is given with rows for the device and dtype, else the data sheet (``tpubench.peaks``).
@@ -40,8 +44,18 @@ from tpubench.analysis.ops import SOURCE_PREFERENCE, of_source, primary_source
 #: below this time per call (µs), at the ceiling or measured, an op is launch- or host-bound
 OVERHEAD_US = 5.0
 BOUNDS = ("compute", "memory", "overhead")
-UNCOUNTED = "uncounted"  # no FLOPs or bytes: no formula for the op
-UNPLACED = "no ceilings"  # counted, but the device has no ceilings to hold it against
+NO_CEILING = "no ceiling"  # an op with FLOPs and no bound: no ceilings for the device (or no bytes to place it)
+NO_FORMULA = "no formula"  # an op without FLOPs and no bound: nothing counted its work
+OUTSIDE = "outside any op"  # the traced step's time in none of the source's ops: host gaps, idle
+OVERLAP = "ops overlapped"  # the ops' times add up to more than the step: threads ran at once (negative)
+#: the lines of :func:`step_shares`, in order, and the part of the step each belongs to
+SHARE_PARTS = {
+    **dict.fromkeys(BOUNDS, "bound"),
+    NO_CEILING: NO_CEILING,
+    NO_FORMULA: NO_FORMULA,
+    OUTSIDE: OUTSIDE,
+    OVERLAP: OUTSIDE,
+}
 #: figure sources that say the op does no work of its own (tpubench.traces.counts)
 NO_OWN_WORK = frozenset({"none: view", "nested"})
 #: columns of a measured ceilings frame (the ``ceilings`` table), see :func:`ceilings_for`
@@ -128,6 +142,39 @@ def ceilings_for(device: str, device_kind: str, dtype: str, measured: pd.DataFra
     return RooflineCeilings(flops, peak.device_hbm_bytes_per_s, "datasheet")
 
 
+#: the rate each kind of a measured ceilings row must give: a positive, finite number
+MEASURED_RATES = {"matmul": "flops_per_s", "memory": "bytes_per_s"}
+_RATE_UNITS = {"flops_per_s": "FLOP/s", "bytes_per_s": "bytes/s"}
+
+
+def measured_problem(frame: pd.DataFrame) -> str | None:
+    """What makes ``frame`` unusable as measured ceilings (:func:`ceilings_for`), in one
+    sentence naming the first bad row (numbered from 1, as a CSV's data rows are) and what
+    it needs; None when every row is usable. A ceiling is a rate the chip was seen to reach:
+    a negative, zero, infinite or non-numeric one would place every op against a roof that
+    does not exist (a ridge of -41.7 FLOP/byte, fractions of -408518101525%), and a kind
+    other than matmul or memory would be silently ignored."""
+    missing = [column for column in MEASURED_COLUMNS if column not in frame.columns]
+    if missing:
+        return f"lacks the columns {', '.join(missing)}; valid: {', '.join(MEASURED_COLUMNS)}"
+    if frame.empty:
+        return "has no rows; it needs a matmul row and a memory row per device"
+    for number, row in enumerate(frame.to_dict("records"), start=1):
+        kind = row["kind"]
+        if kind not in MEASURED_RATES:
+            return f"row {number} has kind {kind!r}; valid: {', '.join(MEASURED_RATES)}"
+        column = MEASURED_RATES[kind]
+        value = row[column]
+        try:
+            rate = float(value)
+        except (TypeError, ValueError):
+            rate = None
+        if rate is None or not np.isfinite(rate) or rate <= 0:
+            shown, unit = f"{rate:g}" if rate is not None else repr(value), _RATE_UNITS[column]
+            return f"row {number} ({kind}) has {column} {shown}; a ceiling is a positive number of {unit}"
+    return None
+
+
 def _time_column(rows: pd.DataFrame) -> pd.Series:
     """Each row's time over all traced steps: a CUDA run's aten rows by the kernel time they
     launched (``device_time_us``), every other row by its self time."""
@@ -202,7 +249,7 @@ def roofline(ops: pd.DataFrame, ceilings: RooflineCeilings, source: str | None =
     (of the traced step), flops_per_step, bytes_per_step, intensity (FLOP/byte),
     achieved_flops_per_s, achieved_bytes_per_s, ceiling_flops_per_s, ceiling_fraction,
     ideal_us_per_step (at the ceiling), saving_us_per_step, bound (compute, memory,
-    overhead, or null: uncounted), flops_source, bytes_source; largest time first.
+    overhead, or null: :func:`line_of`), flops_source, bytes_source; largest time first.
     """
     found = points(ops, source, by)
     steps = found["traced_steps"].astype(float).where(found["traced_steps"] > 0)
@@ -305,17 +352,46 @@ def above_ceiling(table: pd.DataFrame) -> str | None:
     )
 
 
-def bound_split(table: pd.DataFrame) -> pd.DataFrame:
-    """How the step's time splits by bound: bound (compute, memory, overhead, then
-    "uncounted" for ops without figures and "no ceilings" for counted ops of a device
-    without ceilings), ops, time_us_per_step, time_share (of the traced step)."""
-    counted = table["intensity"].notna()
-    labelled = table.assign(bound=table["bound"].where(table["bound"].notna(), np.where(counted, UNPLACED, UNCOUNTED)))
-    grouped = labelled.groupby("bound").agg(
-        ops=("op", "size"), time_us_per_step=("time_us_per_step", "sum"), time_share=("time_share", "sum")
-    )
-    order = [b for b in (*BOUNDS, UNCOUNTED, UNPLACED) if b in grouped.index]
-    return grouped.loc[order].reset_index()
+def line_of(table: pd.DataFrame) -> pd.Series:
+    """Each row's line in :func:`step_shares`: its bound, else :data:`NO_CEILING` when it has
+    FLOPs (counted, but nothing to hold them against), else :data:`NO_FORMULA`. An op with
+    FLOPs is never "uncounted"."""
+    unbound = np.where(table["flops_per_step"].notna(), NO_CEILING, NO_FORMULA)
+    return table["bound"].where(table["bound"].notna(), pd.Series(unbound, index=table.index))
+
+
+def step_shares(ops: pd.DataFrame, ceilings: RooflineCeilings, source: str | None = None) -> pd.DataFrame:
+    """Where one traced step went, in parts that add up to all of it: the ops with a bound
+    (compute, memory, overhead), the ops with FLOPs but no bound (:data:`NO_CEILING`), the ops
+    with neither (:data:`NO_FORMULA`), and the time in none of ``source``'s ops
+    (:data:`OUTSIDE`: host gaps between ops, Python, idle), the step less the ops' time.
+
+    One table for ``tpubench roofline`` and the dashboard's Ops page alike, so both read the
+    same figures: the ops are taken per op and recorded shapes (``by="shape"``, each point
+    with its own bound, as the chart draws them) whatever table a reader shows beside it.
+    Overhead holds the short ops with or without FLOPs (their time per call decides it, not
+    their work). Where the ops' times add up to more than the step (ops on several threads at
+    once, :func:`tpubench.analysis.ops.overlapping_threads`), the last line is
+    :data:`OVERLAP`, negative, so that the lines still sum to the step.
+
+    Columns: line, part (bound, no ceiling, no formula, outside any op), ops,
+    time_us_per_step, time_share (of the traced step; the lines sum to 1). Lines without ops
+    are left out; the outside line is always there. time_share is null throughout where
+    the trace does not know its step's time.
+    """
+    table = roofline(ops, ceilings, source, by="shape")
+    lines = line_of(table)
+    grouped = table.groupby(lines).agg(ops=("op", "size"), time_us_per_step=("time_us_per_step", "sum"))
+    grouped = grouped.reindex([line for line in SHARE_PARTS if line in grouped.index])
+    steps = table["time_us_per_step"] / table["time_share"]
+    step_us = float(steps.dropna().iloc[0]) if steps.notna().any() else np.nan
+    outside = step_us - float(table["time_us_per_step"].sum())
+    rest = pd.DataFrame({"ops": [0], "time_us_per_step": [outside]}, index=[OVERLAP if outside < 0 else OUTSIDE])
+    frame = pd.concat([grouped, rest]).rename_axis("line").reset_index()
+    frame.insert(1, "part", frame["line"].map(SHARE_PARTS))
+    frame["ops"] = frame["ops"].astype(int)
+    frame["time_share"] = frame["time_us_per_step"] / step_us
+    return frame
 
 
 def fix_first(table: pd.DataFrame, n: int = 10) -> pd.DataFrame:
@@ -333,20 +409,17 @@ def fix_first(table: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 
 
 def counted_flops(table: pd.DataFrame) -> pd.DataFrame:
-    """FLOPs and time per step by where the FLOPs came from (``flops_source``, "uncounted"
-    where null): so that a per-op sum is read against the run's ``flops_per_step`` for
-    what it is (that counts matmuls and attention, as the flop counter does)."""
-    labelled = table.assign(flops_source=table["flops_source"].fillna(UNCOUNTED))
+    """FLOPs per step by where they came from (``flops_source``, :data:`NO_FORMULA` where
+    null): ops, flops_per_step, largest first. So that a per-op sum is read against the
+    run's ``flops_per_step`` for what it is (that counts matmuls and attention, as the flop
+    counter does), and the elementwise FLOPs apart from them. Time is :func:`step_shares`'
+    question, answered there once."""
+    labelled = table.assign(flops_source=table["flops_source"].fillna(NO_FORMULA))
     return (
         labelled.groupby("flops_source")
-        .agg(
-            ops=("op", "size"),
-            flops_per_step=("flops_per_step", lambda s: s.sum(min_count=1)),
-            time_us_per_step=("time_us_per_step", "sum"),
-            time_share=("time_share", "sum"),
-        )
+        .agg(ops=("op", "size"), flops_per_step=("flops_per_step", lambda s: s.sum(min_count=1)))
         .reset_index()
-        .sort_values("time_us_per_step", ascending=False, ignore_index=True)
+        .sort_values(["flops_per_step", "flops_source"], ascending=[False, True], ignore_index=True)
     )
 
 

@@ -54,12 +54,14 @@ def show_memory(
     for line in notes(run):
         console.print(line, highlight=False)
     if not wide.empty:
-        console.print(timeline_table(wide))
-        agreement = analysis.profiler_agreement(run, memory)
-        shown = ", ".join(
-            f"{r.part} {r.ratio:.3f}x" for r in agreement.itertuples() if r.ratio is not None and pd.notna(r.ratio)
-        )
-        console.print(f"profiler / counted: {shown}", highlight=False)
+        rank = analysis.timeline_rank(memory)
+        of_rank = f" of rank {rank} (--json: every rank's)" if len(ranks) > 1 else ""
+        console.print(timeline_table(wide, of_rank))
+        agreement = analysis.agreement_text(analysis.profiler_agreement(run, memory, rank))
+        said = f", rank {rank}" if len(ranks) > 1 else ""
+        console.print(f"profiler / counted{said}: {agreement}", highlight=False)
+        if note := analysis.profiler_note(run):
+            console.print(f"note: {note}", highlight=False)
 
 
 def breakdown_table(run: dict[str, Any], ranks: pd.DataFrame) -> Table:
@@ -90,12 +92,13 @@ def notes(run: dict[str, Any]) -> list[str]:
     return found
 
 
-def timeline_table(wide: pd.DataFrame) -> Table:
-    """The profiled step by category at :data:`TIMELINE_ROWS` instants, the peak's among them."""
+def timeline_table(wide: pd.DataFrame, of_rank: str = "") -> Table:
+    """The profiled step by category at :data:`TIMELINE_ROWS` instants, the peak's among
+    them; ``of_rank`` names the rank it is on a multi-rank run."""
     categories = [c for c in wide.columns if c != "t_ms"]
     total = wide[categories].sum(axis=1)
     picks = set(range(0, len(wide), max(len(wide) // (TIMELINE_ROWS - 1), 1))) | {int(total.idxmax()), len(wide) - 1}
-    table = Table(title="one profiled step, by torch.profiler category (MiB)")
+    table = Table(title=f"one profiled step{of_rank}, by torch.profiler category (MiB)")
     table.add_column("t (ms)", justify="right")
     for category in categories:
         table.add_column(category.replace("_", " "), justify="right")
@@ -127,15 +130,20 @@ def payload(run: dict[str, Any], ranks: pd.DataFrame, wide: pd.DataFrame, memory
         "estimated_mem_bytes",
         *(column for column, _ in analysis.PARTS.values()),
     ]
-    timelines = {}
+    timelines, agreement = {}, {}
     if not wide.empty:
         for rank in sorted(memory.loc[memory["kind"] == "timeline", "rank"].fillna(0).astype(int).unique()):
             per = analysis.timeline(memory, int(rank))
             timelines[str(rank)] = {column: per[column].tolist() for column in per.columns}
+            agreed = analysis.profiler_agreement(run, memory, int(rank))
+            agreement[str(rank)] = agreed.astype(object).where(agreed.notna(), None).to_dict("records")
     return {
         **{key: _value(run, key) for key in keys},
+        "breakdown_rank": analysis.breakdown_rank(memory),  # whose breakdown the columns above are (multi-rank)
         "ranks": ranks.astype(object).where(ranks.notna(), None).to_dict("records"),
         "timeline": timelines,
+        "profiler_agreement": agreement,  # per rank: that rank's counted parts against its profiled step
+        "profiler_note": analysis.profiler_note(run),
     }
 
 

@@ -34,16 +34,17 @@ def _measured(path: str | None, results_dir: Path | str) -> pd.DataFrame | None:
         frame = pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
     except Exception as error:  # pandas raises many types for a file it cannot parse
         raise BadInput(f"--ceilings {path}: cannot read it ({type(error).__name__}: {error})") from error
-    missing = [column for column in analysis.MEASURED_COLUMNS if column not in frame.columns]
-    if missing:
-        raise BadInput(f"--ceilings {path} lacks the columns {', '.join(missing)}; valid: {analysis.MEASURED_COLUMNS}")
-    return frame
+    if problem := analysis.measured_problem(frame):
+        raise BadInput(f"--ceilings {path} {problem}")
+    # each row's own rate is checked; the other kind's column may hold anything, and is no rate
+    return frame.assign(**{c: pd.to_numeric(frame[c], errors="coerce") for c in analysis.MEASURED_RATES.values()})
 
 
 def _run_table(
     results_dir: Path | str, run_id: str, measured: pd.DataFrame | None, by: str
-) -> tuple[dict[str, Any], analysis.RooflineCeilings, pd.DataFrame]:
-    """One run's roofline table with its ceilings; BadInput when its ops have no figures."""
+) -> tuple[dict[str, Any], analysis.RooflineCeilings, pd.DataFrame, pd.DataFrame]:
+    """One run's roofline table with its ceilings and its step's shares
+    (:func:`tpubench.analysis.roofline.step_shares`); BadInput when its ops have no figures."""
     run = _find_run(results_dir, run_id)
     rows = _run_ops(results_dir, run)
     sources = rows.get("flops_source", pd.Series(dtype=object)).notna() | rows["flops"].notna()
@@ -54,7 +55,15 @@ def _run_table(
             f"shapes, record one with `{_capture_hint(run)}` (it records shapes)"
         )
     ceilings = analysis.ceilings_for(str(_value(run, "device") or ""), _device_kind(run), run["dtype"], measured)
-    return run, ceilings, analysis.roofline(rows, ceilings, by=by)
+    return run, ceilings, analysis.roofline(rows, ceilings, by=by), analysis.step_shares(rows, ceilings)
+
+
+def _shares(shares: pd.DataFrame) -> str:
+    """The step's lines as one sentence: "compute 45.7% (14 ops), ..., outside any op 0.9%"."""
+    return ", ".join(
+        f"{line} {_pct(share)}" + (f" ({ops} ops)" if ops else "")
+        for line, share, ops in zip(shares["line"], shares["time_share"], shares["ops"], strict=True)
+    )
 
 
 def _si(value: Any, unit: str) -> str:
@@ -111,11 +120,10 @@ def show_roofline(
     if len(run_ids) == 2:
         _pair(results_dir, run_ids, measured, top, as_json)
         return
-    run, found, table = _run_table(results_dir, run_ids[0], measured, by)
-    split, fix = analysis.bound_split(table), analysis.fix_first(table)
-    counted = analysis.counted_flops(table)
+    run, found, table, shares = _run_table(results_dir, run_ids[0], measured, by)
+    fix, counted = analysis.fix_first(table), analysis.counted_flops(table)
     if as_json:
-        _emit_json(run, found, table, split, fix, counted)
+        _emit_json(run, found, table, shares, fix, counted)
         return
     console.print(f"run {run['run_id']}: {_label(run)} on {_value(run, 'device') or '?'}")
     source = table["source"].iloc[0] if len(table) else "no"
@@ -134,19 +142,7 @@ def show_roofline(
         console.print(f"note: {warning}", highlight=False)
     if len(table) > top:
         console.print(f"{len(table) - top} more ops; --top N shows more")
-    console.print(
-        "time by bound: "
-        + ", ".join(
-            f"{b} {_pct(s)} ({n} ops)"
-            for b, s, n in zip(split["bound"], split["time_share"], split["ops"], strict=True)
-        )
-    )
-    uncounted = counted[counted["flops_source"] == analysis.UNCOUNTED]
-    if len(uncounted):
-        console.print(
-            f"uncounted time: {_pct(uncounted['time_share'].iloc[0])} of the step in {int(uncounted['ops'].iloc[0])} "
-            "ops without a FLOP formula (no figure is guessed)"
-        )
+    console.print(f"the traced step by bound (per op and shape; the lines add up to the step): {_shares(shares)}")
     flops = ", ".join(
         f"{s} {_si(f, 'FLOP')}"
         for s, f in zip(counted["flops_source"], counted["flops_per_step"], strict=True)
@@ -172,7 +168,7 @@ def _emit_json(
     run: dict[str, Any],
     found: analysis.RooflineCeilings,
     table: pd.DataFrame,
-    split: pd.DataFrame,
+    shares: pd.DataFrame,
     fix: pd.DataFrame,
     counted: pd.DataFrame,
 ) -> None:
@@ -193,7 +189,7 @@ def _emit_json(
                     "sweeps": found.sweeps,
                 },
                 "ops": records(table),
-                "by_bound": records(split),
+                "by_bound": records(shares.rename(columns={"line": "bound"})),
                 "fix_first": records(fix),
                 "flops_by_source": records(counted),
                 "above_ceiling": analysis.above_ceiling(table),
@@ -208,7 +204,7 @@ def _print_table(table: pd.DataFrame) -> None:
     headers = ["op", "% step", "µs/step", "FLOP/step", "bytes/step", "FLOP/B", "FLOP/s", "B/s", "ceiling", "of ceil"]
     for header in [*headers, "bound", "flops from"]:
         out.add_column(header, justify="left" if header in ("op", "bound", "flops from") else "right")
-    for row in table.to_dict("records"):
+    for row in table.assign(line=analysis.line_of(table)).to_dict("records"):
         name = row["op"] + (f" {row['shape']}" if row.get("shape") else "")
         out.add_row(
             name,
@@ -222,14 +218,14 @@ def _print_table(table: pd.DataFrame) -> None:
             _si(row["ceiling_flops_per_s"], ""),
             # above its ceiling: the ceiling was measured low (or the trace times the op short), no figure
             "above" if row["ceiling_fraction"] > analysis.ABOVE_CEILING else _pct(row["ceiling_fraction"]),
-            _text(row["bound"], analysis.UNCOUNTED),
+            row["line"],
             _text(row["flops_source"], "-"),
         )
     console.print(out)
 
 
 def _pair(results_dir: Path | str, run_ids: list[str], measured: pd.DataFrame | None, top: int, as_json: bool) -> None:
-    (run_a, found_a, table_a), (run_b, found_b, table_b) = (
+    (run_a, found_a, table_a, _), (run_b, found_b, table_b, _) = (
         _run_table(results_dir, run_id, measured, "shape") for run_id in run_ids
     )
     paired = analysis.pair(table_a, table_b)

@@ -6,7 +6,10 @@ empty, and XLA's own cost analysis (``HloCostAnalysis``) has no Python entry poi
 torch_xla. But the xplane's ``/host:metadata`` plane holds each compiled module's
 ``HloProto`` (a stat named ``Hlo Proto`` on the module's event metadata), and that has
 every instruction's shape: this module counts from those shapes, ``hlo shapes`` in the
-rows' ``flops_source``/``bytes_source``:
+rows' ``bytes_source`` and, for FLOPs, one source per kind of work so that a run's dots are
+read apart from its elementwise work (as the torch side's ``flop_counter`` and
+``elementwise`` are): ``hlo dot``, ``hlo elementwise``, ``hlo dot+elementwise`` (a fusion
+that holds both) and ``hlo data movement`` (0):
 
 - FLOPs: ``dot`` 2 * output elements * contracted size (as XLA's cost analysis and the
   flop counter count a matmul); the arithmetic elementwise opcodes in
@@ -30,7 +33,15 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-SOURCE = "hlo shapes"
+SOURCE = "hlo shapes"  # the bytes' source
+#: the FLOPs' sources, by the kinds of work an op's FLOPs come from (:meth:`_Module.kinds`)
+DOT, ELEMENTWISE = "dot", "elementwise"
+FLOPS_SOURCES = {
+    frozenset({DOT}): "hlo dot",
+    frozenset({ELEMENTWISE}): "hlo elementwise",
+    frozenset({DOT, ELEMENTWISE}): "hlo dot+elementwise",
+    frozenset(): "hlo data movement",
+}
 #: bytes per element of xla.PrimitiveType (xla/xla_data.proto); TUPLE, TOKEN and OPAQUE have none
 ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 15: 8, 16: 2, 18: 16}
 ELEMENT_BYTES |= dict.fromkeys((19, 20, 23, 24, 25), 1)  # the float8 types
@@ -108,6 +119,7 @@ class HloCount:
     flops: float | None
     bytes: float | None
     opcode: str
+    flops_source: str | None  # FLOPS_SOURCES' name for the kinds of work in ``flops``; None without FLOPs
     shape: str  # "f32[32,128] dot f32[32,128], f32[128,384]": output, opcode, operands
     dot: tuple[int, int, int, int] | None = None  # (batch, m, n, k) of a dot
 
@@ -176,6 +188,18 @@ class _Module:
             return None if None in parts else float(sum(parts))  # type: ignore[arg-type]
         return None
 
+    @functools.cache  # noqa: B019  (as flops)
+    def kinds(self, instruction_id: int) -> frozenset[str]:
+        """The kinds of work (:data:`DOT`, :data:`ELEMENTWISE`) that give an instruction's
+        FLOPs: a fusion's are its computation's; none for data movement."""
+        instruction = self.instructions[instruction_id]
+        if instruction.opcode == "fusion" and instruction.called_computation_ids:
+            inner = self.computations.get(instruction.called_computation_ids[0])
+            return frozenset().union(*(self.kinds(i.id) for i in inner.instructions)) if inner else frozenset()
+        if not self.flops(instruction_id):
+            return frozenset()
+        return frozenset({DOT if instruction.opcode == "dot" else ELEMENTWISE})
+
     def count(self, name: str) -> HloCount | None:
         """The figures of the instruction called ``name`` (as the trace's op events name it)."""
         instruction = self.by_name.get(name) or self.by_name.get(name.removesuffix(".clone"))
@@ -187,7 +211,8 @@ class _Module:
         flops = self.flops(instruction.id) if instruction.opcode not in ("call", "while", "conditional") else None
         label = f"{_label(instruction.shape)} {instruction.opcode} " + ", ".join(_label(o.shape) for o in operands)
         dot = _dot(instruction, *operands[:2]) if instruction.opcode == "dot" and len(operands) >= 2 else None
-        return HloCount(flops, float(moved) if moved is not None else None, instruction.opcode, label, dot)
+        source = FLOPS_SOURCES[self.kinds(instruction.id)] if flops is not None else None
+        return HloCount(flops, float(moved) if moved is not None else None, instruction.opcode, source, label, dot)
 
 
 def parse_modules(protos: dict[str, bytes]) -> dict[str, _Module]:

@@ -480,7 +480,7 @@ def _count_hlo(ops: list[OpTotals], planes: list[_Plane]) -> None:
         if counted.opcode in ("call", "while", "conditional"):
             op.flops_source = op.bytes_source = "nested"  # the ops it runs have their own rows
         if counted.flops is not None:
-            op.flops, op.flops_source = counted.flops * op.calls, SOURCE
+            op.flops, op.flops_source = counted.flops * op.calls, counted.flops_source
         if counted.bytes is not None:
             op.bytes_accessed, op.bytes_source = counted.bytes * op.calls, SOURCE
         op.shapes = [
