@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from tpubench.backends import BACKENDS
+from tpubench.cache_dir import cache_dir
 from tpubench.cli.common import BadInput, app, choose, console
 from tpubench.cli.planning import (
     InputsOption,
@@ -164,8 +165,7 @@ def counted_params(workload: Workload, size: str) -> int:
 def params_cache_path() -> Path:
     """Where :func:`built_in_counts` keeps the built-ins' counts (``TPUBENCH_CACHE_DIR``, default
     ``~/.cache/tpubench``)."""
-    root = os.environ.get("TPUBENCH_CACHE_DIR") or Path.home() / ".cache" / "tpubench"
-    return Path(root) / "param-counts.json"
+    return cache_dir() / "param-counts.json"
 
 
 def built_in_counts(workloads: list[Workload]) -> dict[tuple[str, str], int]:

@@ -15,6 +15,7 @@ few numbers each, so memory follows the number of events, not the JSON's size.
 from __future__ import annotations
 
 import gzip
+import marshal
 import re
 from array import array
 from pathlib import Path
@@ -74,7 +75,7 @@ def read_chrome(path: Path) -> TraceOps:
     kernel_correlation, kernel_external = array("q"), array("q")  # one each per device event
     steps: list[tuple[float, float]] = []
     comm = CommEvents()
-    signatures = _Interned()  # (op name, recorded inputs) of cpu_op events recorded with shapes
+    signatures = _Signatures()  # (op name, recorded inputs) of cpu_op events recorded with shapes
     host_signature = array("q")  # per host event: its signature id, or -1
     host_is_op = array("b")  # per host event: an op (cpu_op) that does work, whose nesting makes a call no leaf
     kernel_counts: dict[int, list[float]] = {}  # device event's name id -> Inductor's FLOPs and GB, summed
@@ -112,7 +113,7 @@ def read_chrome(path: Path) -> TraceOps:
                 op = names(("aten", name))
                 timelines.op.append(op)
                 host_signature.append(
-                    signatures(_signature(name, args)) if category == "cpu_op" and "Input Dims" in args else -1
+                    signatures.of(name, args) if category == "cpu_op" and "Input Dims" in args else -1
                 )
                 host_is_op.append(category == "cpu_op" and name not in NO_WORK)
                 if category == "cpu_op" and "External id" in args:
@@ -258,15 +259,33 @@ def _add_kernel_counts(counts: dict[int, list[float]], kernel: int, args: dict) 
         found[3] += 1
 
 
-def _signature(name: str, args: dict) -> tuple:
-    """An op event's identity with its recorded inputs: calls with the same one count the same."""
-    return (
-        name,
-        freeze(args.get("Input Dims")),
-        freeze(args.get("Input type")),
-        freeze(args.get("Input Strides")),
-        freeze(args.get("Concrete Inputs")),
-    )
+class _Signatures(_Interned):
+    """Op events' identities with their recorded inputs, (name, dims, types, strides,
+    concrete) as :func:`counts.freeze` makes them, as small integers: calls with the same one
+    count the same.
+
+    Freezing each event's nested lists to hash them took half of a warm ingest (six million
+    recursive calls for a 100 MB trace), so an event is looked up by its inputs' ``marshal``
+    bytes (C, one call) and frozen only when those are new: a trace repeats a few hundred.
+    Equal inputs that marshal differently (an interned string, 1 against 1.0) freeze equal
+    and share the id, as before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_bytes: dict[tuple[str, bytes], int] = {}
+
+    def of(self, name: str, args: dict) -> int:
+        inputs = (
+            args.get("Input Dims"),
+            args.get("Input type"),
+            args.get("Input Strides"),
+            args.get("Concrete Inputs"),
+        )
+        key = (name, marshal.dumps(inputs, 2))  # version 2: no back-references, so equal values write the same
+        found = self.by_bytes.get(key)
+        if found is None:
+            found = self.by_bytes[key] = self((name, *(freeze(value) for value in inputs)))
+        return found
 
 
 def _add_shapes(ops: list[OpTotals], host: Timelines, signature: array, is_op: array, names: list) -> None:

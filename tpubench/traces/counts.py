@@ -33,10 +33,19 @@ with shapes to count pays torch's import.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
+import importlib.util
+import json
 import math
-from dataclasses import dataclass
+import os
+import sys
+from dataclasses import astuple, dataclass
+from pathlib import Path
 from typing import Any
+
+from tpubench.cache_dir import cache_dir
 
 #: FLOPs per output element of arithmetic elementwise ops (``alpha`` taken as 1)
 ELEMENTWISE_FLOPS = {
@@ -245,12 +254,16 @@ def count_shapes(ops: list[Any]) -> None:
     """Count every aten row's recorded calls (``OpTotals.shapes``), then the row's own
     figures: the sum over the calls that do its work when one source counted all of them,
     else null (a partial sum passed off as the op's would understate it; the shapes keep
-    what was counted). A row whose work is all in the ops it calls says so (``nested``)."""
-    for row in ops:
-        if not row.shapes or row.source != "aten":
-            continue
+    what was counted). A row whose work is all in the ops it calls says so (``nested``).
+
+    Each distinct call is counted once, from the kept counts (:func:`kept_counts`) where
+    they hold it: torch is imported only for a call they do not."""
+    rows = [row for row in ops if row.shapes and row.source == "aten"]
+    signatures = {(row.op, s.dims, s.types, s.strides, s.concrete) for row in rows for s in row.shapes}
+    counts = kept_counts(signatures)
+    for row in rows:
         for shape in row.shapes:
-            counted = count_call(row.op, shape.dims, shape.types, shape.strides, shape.concrete)
+            counted = counts[(row.op, shape.dims, shape.types, shape.strides, shape.concrete)]
             shape.flops, shape.flops_source = counted.flops, counted.flops_source
             shape.bytes, shape.bytes_source = counted.bytes, counted.bytes_source
             shape.counted_calls = {"all": shape.calls, "leaf": shape.leaf_calls}.get(counted.calls, 0)
@@ -265,6 +278,70 @@ def count_shapes(ops: list[Any]) -> None:
                 total = sum(value * shape.counted_calls for value, shape in zip(values, working, strict=True))
                 setattr(row, "flops" if figure == "flops" else "bytes_accessed", total)
                 setattr(row, f"{figure}_source", sources.pop())
+
+
+def kept_counts(signatures: set[tuple]) -> dict[tuple, Counted]:
+    """:func:`count_call` of each (name, dims, types, strides, concrete), kept between runs in
+    ``shape-counts.json`` of the cache folder (``TPUBENCH_CACHE_DIR``): a trace records a few
+    hundred distinct calls, the same from one run of a model to the next, and counting one
+    needs torch (a 2.6 s import) and its first meta-device replays (about 1 s more). The
+    kept counts are valid for the torch build (its ``version.py``) and this module's source
+    they were counted with: any change to either counts again. An unreadable file is counted
+    over; one that cannot be written is counted again next time."""
+    if not signatures:
+        return {}
+    key = _kept_key()
+    path = cache_dir() / "shape-counts.json"
+    kept: dict[str, list] = {}
+    if key is not None:
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            found = json.loads(path.read_text())
+            if isinstance(found, dict) and found.get("key") == key and isinstance(found.get("counts"), dict):
+                kept = found["counts"]
+    counts, missing = {}, {}
+    for signature in signatures:
+        text = repr(signature)
+        entry = kept.get(text)
+        if _is_kept(entry):
+            counts[signature] = Counted(*entry)
+        else:
+            counts[signature] = count_call(*signature)
+            missing[text] = list(astuple(counts[signature]))
+    if missing and key is not None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            partial.write_text(json.dumps({"key": key, "counts": kept | missing}))
+            partial.replace(path)
+    return counts
+
+
+def _is_kept(entry: Any) -> bool:
+    """Whether ``entry`` reads as a :class:`Counted` (its fields in order), as
+    :func:`kept_counts` writes one."""
+    if not isinstance(entry, list) or len(entry) != 5:
+        return False
+    flops, flops_source, moved, bytes_source, calls = entry
+    return (
+        all(value is None or isinstance(value, float) for value in (flops, moved))
+        and all(source is None or isinstance(source, str) for source in (flops_source, bytes_source))
+        and calls in ("all", "leaf", "none")
+    )
+
+
+def _kept_key() -> str | None:
+    """What kept counts are valid for: the torch build's ``version.py`` (read without importing
+    torch) and this module's source; None where no torch is found (nothing to keep)."""
+    torch = sys.modules.get("torch")
+    spec = torch.__spec__ if torch is not None else importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        build = (Path(spec.origin).parent / "version.py").read_bytes()
+        source = Path(__file__).read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha256(build + b"\0" + source).hexdigest()
 
 
 def shapes_json(shapes: list[Any] | None, per_device: int = 1) -> str | None:
