@@ -1,6 +1,6 @@
 """Profiler traces into ``ops`` rows: one reader per kind of trace, one row builder.
 
-- ``chrome``: torch.profiler Chrome traces (``cpu*``, ``cuda*``), streamed with ijson;
+- ``chrome``: torch.profiler Chrome traces (``cpu*``, ``cuda*``), streamed (``jsonstream``);
 - ``xplane``: XProf xplanes (``xla*``, ``tpu*``): XProf's converter where there is a
   device plane, the raw XLA op events (PJRT CPU) otherwise.
 
@@ -123,7 +123,7 @@ def ingest(trace_path: str | Path, traced_steps: int | None = None, devices: int
         Raises TraceError for a missing, truncated or corrupt trace: all rows or none.
     """
     found = _merged([read_trace(path) for path in locate(Path(trace_path))])
-    count_shapes(found.ops)  # a Chrome trace's recorded shapes: FLOPs and bytes (imports torch if it has some)
+    count_shapes(found.ops)  # a Chrome trace's recorded shapes: FLOPs and bytes (torch only for shapes not kept)
     rows = ops_rows(found, traced_steps, devices)
     for row in rows:
         if (size := (found.comm_sizes or {}).get((row["source"], row["op"]))) is not None:

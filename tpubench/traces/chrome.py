@@ -7,8 +7,8 @@ counts it (the tests compare the two). GPU events (``kernel``, ``gpu_memcpy``,
 kernel's ``correlation`` names a runtime call, whose ``External id`` names the op. The CPU
 op's row gets that kernel time as ``device_us`` (its self device time).
 
-The file is read by ijson's yajl2 C backend one event at a time, and events are kept as a
-few numbers each, so memory follows the number of events, not the JSON's size.
+The file is read one event at a time (:mod:`tpubench.traces.jsonstream`), and events are
+kept as a few numbers each, so memory follows the number of events, not the JSON's size.
 ``ProfilerStep#N`` annotations (torch.profiler's schedule) mark steps when present.
 """
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from tpubench.traces.collectives import CommEvents
 from tpubench.traces.counts import NO_WORK, freeze
+from tpubench.traces.jsonstream import JSONStreamError, trace_events
 from tpubench.traces.timeline import (
     NESTING_TOLERANCE_US,
     OpTotals,
@@ -56,17 +57,17 @@ class _Interned:
         return sorted(self.ids, key=self.ids.__getitem__)
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> IO[str]:
     try:
-        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+        if path.suffix == ".gz":
+            return gzip.open(path, "rt", encoding="utf-8", newline="")
+        return open(path, encoding="utf-8", newline="")
     except OSError as error:
         raise TraceError(f"cannot read {path}: {error.strerror}") from error
 
 
 def read_chrome(path: Path) -> TraceOps:
     """Per-op totals of a torch.profiler Chrome trace."""
-    import ijson
-
     host, device = Timelines(), Timelines()
     names, threads = _Interned(), _Interned()
     # the kernel -> runtime call -> CPU op join, as parallel arrays
@@ -83,26 +84,27 @@ def read_chrome(path: Path) -> TraceOps:
     seen_events = False
     with _open(path) as stream:
         try:
-            for event in ijson.items(stream, "traceEvents.item", use_float=True):
+            for event in trace_events(stream):
                 seen_events = True
                 if event.get("ph") != "X":
                     continue
                 category = event.get("cat")
-                if category not in HOST_CATEGORIES and category not in DEVICE_CATEGORIES:
+                on_device = category in DEVICE_CATEGORIES
+                if not on_device and category not in HOST_CATEGORIES:
                     continue
                 ts, duration = float(event["ts"]), float(event.get("dur", 0.0))
                 if origin is None:
                     origin = ts  # times relative to the first event keep their nanoseconds
-                name, args = event["name"], event.get("args") or {}
-                comm.see(category, name, ts, duration, (event.get("pid"), event.get("tid")), args)
+                name, args, thread = event["name"], event.get("args") or {}, (event.get("pid"), event.get("tid"))
+                comm.see(category, name, ts, duration, thread, args)
                 if category == "user_annotation" and STEP_MARKER.fullmatch(name):
                     steps.append((ts - origin, ts - origin + duration))
                     continue
-                timelines = device if category in DEVICE_CATEGORIES else host
-                timelines.timeline.append(threads((event.get("pid"), event.get("tid"))))
+                timelines = device if on_device else host
+                timelines.timeline.append(threads(thread))
                 timelines.start.append(ts - origin)
                 timelines.duration.append(duration)
-                if category in DEVICE_CATEGORIES:
+                if on_device:
                     kernel = names(("kernel", name))
                     timelines.op.append(kernel)
                     kernel_correlation.append(int(args.get("correlation", -1)))
@@ -112,21 +114,20 @@ def read_chrome(path: Path) -> TraceOps:
                     continue
                 op = names(("aten", name))
                 timelines.op.append(op)
-                host_signature.append(
-                    signatures.of(name, args) if category == "cpu_op" and "Input Dims" in args else -1
-                )
-                host_is_op.append(category == "cpu_op" and name not in NO_WORK)
-                if category == "cpu_op" and "External id" in args:
-                    op_external.append(int(args["External id"]))
-                    op_of_external.append(op)
-                elif category in ("cuda_runtime", "cuda_driver") and "correlation" in args:
+                if category == "cpu_op":
+                    host_signature.append(signatures.of(name, args) if "Input Dims" in args else -1)
+                    host_is_op.append(name not in NO_WORK)
+                    if "External id" in args:
+                        op_external.append(int(args["External id"]))
+                        op_of_external.append(op)
+                    continue
+                host_signature.append(-1)
+                host_is_op.append(False)
+                if category != "user_annotation" and "correlation" in args:  # a CUDA runtime or driver call
                     call_correlation.append(int(args["correlation"]))
                     call_external.append(int(args.get("External id", -1)))
-        except ijson.JSONError as error:  # IncompleteJSONError (truncated) is one
-            reason = error.args[0] if error.args else str(error)
-            reason = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-            reason = reason.strip().splitlines()[0]  # yajl draws the spot on further lines
-            raise TraceError(f"corrupt or truncated Chrome trace {path}: {reason}") from error
+        except (JSONStreamError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as error:  # EOFError: a cut .gz
+            raise TraceError(f"corrupt or truncated Chrome trace {path}: {error}") from error
         except (AttributeError, KeyError, TypeError, ValueError) as error:  # an event of the wrong shape
             what = f"lacks {error}" if isinstance(error, KeyError) else f"is of the wrong shape ({error})"
             raise TraceError(f"not a torch.profiler Chrome trace {path}: an event {what}") from error
@@ -272,19 +273,15 @@ class _Signatures(_Interned):
 
     def __init__(self) -> None:
         super().__init__()
-        self.by_bytes: dict[tuple[str, bytes], int] = {}
+        self.by_bytes: dict[bytes, int] = {}
 
     def of(self, name: str, args: dict) -> int:
-        inputs = (
-            args.get("Input Dims"),
-            args.get("Input type"),
-            args.get("Input Strides"),
-            args.get("Concrete Inputs"),
-        )
-        key = (name, marshal.dumps(inputs, 2))  # version 2: no back-references, so equal values write the same
+        get = args.get
+        inputs = (name, get("Input Dims"), get("Input type"), get("Input Strides"), get("Concrete Inputs"))
+        key = marshal.dumps(inputs, 2)  # version 2: no back-references, so equal values write the same
         found = self.by_bytes.get(key)
         if found is None:
-            found = self.by_bytes[key] = self((name, *(freeze(value) for value in inputs)))
+            found = self.by_bytes[key] = self(freeze(list(inputs)))
         return found
 
 
