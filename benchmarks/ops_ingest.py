@@ -27,6 +27,10 @@ one is missed: a Chrome trace of about 12 MB in at most 0.5 s; at least 40 MB/s,
 RSS at most the file's size, for the largest Chrome trace when it is 400 MB or more; at
 least 20 MB/s for every trace.
 
+``--record DIR`` stores each file's repeats (this checkout's) as rows of a tpubench store
+(:mod:`benchmarks.record`: workload ``tpubench-self/ops_ingest``, the file as its size), before
+the requirements are checked.
+
     python benchmarks/ops_ingest.py --xla-python ~/.cache/tpubench/venv-xla/bin/python
 """
 
@@ -39,10 +43,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import record  # noqa: E402
 
 from tpubench import store  # noqa: E402
 
@@ -177,7 +184,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep captures here, and reuse those already there")
     parser.add_argument("--repeat", type=int, default=3, help="fresh-process ingests per file (default 3)")
     parser.add_argument("--baseline", type=Path, help="another checkout (a worktree of main) measured alongside")
+    parser.add_argument("--record", help="store each file's repeats in this tpubench store (docs/benchmarks.md)")
     args = parser.parse_args()
+    started = datetime.now(UTC)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     if args.baseline and not (args.baseline / "tpubench" / "traces").is_dir():
@@ -218,11 +227,16 @@ def main() -> None:
             "raw repeats:",
             json.dumps({name: {str(p): r for p, r in found.items()} for name, found in measured.items()}),
         )
-        checks = requirements(files, measured[""])
-        for text, met in checks:
-            print(f"{'met' if met else 'NOT MET'}: {text}")
-        if not all(met for _, met in checks):
-            raise SystemExit(1)
+        if args.record:
+            figures = {
+                path.stem if label.startswith("chrome") else f"xplane-{steps}-steps": (
+                    "wall",
+                    [found["seconds"] for found in measured[""][path]],
+                )
+                for label, path, steps in files
+            }
+            print("stored:", ", ".join(record.write(args.record, "ops_ingest", figures, started)))
+        record.verdict(requirements(files, measured[""]))
 
 
 if __name__ == "__main__":
