@@ -10,9 +10,11 @@ The mapping (docs/benchmarks.md, "tpubench watches itself"):
 - the script is the workload, ``tpubench-self/<script>`` (suite ``tpubench-self``), and the
   figure's name its size (``chrome 12MB``, ``tpubench --version``), so that a figure pairs with
   the same figure of another night through :mod:`tpubench.analysis.identity`'s configuration;
-- the mode names the unit: ``wall`` for a time, stored in milliseconds as a step time is;
-  ``ratio`` for a ratio (tpubench's time over a bare loop's), stored as the ratio itself.
-  Both are lower-is-better, as a step time is, so compare's direction is right;
+- the mode names what a figure is, the dtype its stored unit: ``wall`` for a time, stored in
+  milliseconds (``ms``) as a step time is; ``ratio`` for a ratio (tpubench's time over a bare
+  loop's), stored as the ratio itself (``x``). Both are lower-is-better, as a step time is, so
+  compare's direction is right. Batch size 1 (one measurement a sample): every reader's label
+  needs a shape, and reads ``tpubench-self/startup/tpubench list wall ms 1``;
 - backend ``cpu``, device ``host``: the runner's CPU model is in ``cpu_model``, not in the
   identity, so that nights on two runner machines still pair (compare names the difference).
 
@@ -45,7 +47,8 @@ from tpubench import store  # noqa: E402
 from tpubench.version import __version__  # noqa: E402
 
 SUITE = "tpubench-self"
-UNITS = {"wall": "s", "ratio": "ratio"}  # mode -> what a figure's repeats are given in
+#: mode -> (what a figure's repeats are given in, the unit stored: the dtype column)
+UNITS = {"wall": ("s", "ms"), "ratio": ("x", "x")}
 INVOCATION_ENV = "TPUBENCH_SELF_INVOCATION"
 
 
@@ -90,6 +93,7 @@ def rows(
         "workload": f"{SUITE}/{script}",
         "backend": "cpu",
         "device": "host",
+        "batch_size": 1,
         "status": "ok",
         "warmup_steps": 0,
         "measured_steps": 1,
@@ -107,7 +111,8 @@ def rows(
         for value in repeats:
             sample = float(value) * (1000.0 if mode == "wall" else 1.0)
             run_id = uuid.uuid4().hex
-            found["runs"].append({**common, "run_id": run_id, "size": name, "mode": mode, "median_step_ms": sample})
+            run = {"run_id": run_id, "size": name, "mode": mode, "dtype": UNITS[mode][1], "median_step_ms": sample}
+            found["runs"].append({**common, **run})
             step = {"run_id": run_id, "invocation_id": invocation, "step": 0, "rank": 0, "phase": "measure"}
             found["steps"].append({**step, "step_ms": sample})
     return found

@@ -51,6 +51,7 @@ def test_each_repeat_is_a_run_with_its_sample_in_one_invocation_file(tmp_path, m
     assert len(runs) == 15 and set(runs["backend"]) == {"cpu"} and set(runs["suite"]) == {"tpubench-self"}
     listed = runs[runs["size"] == "tpubench list"]
     assert set(listed["workload"]) == {"tpubench-self/startup"} and set(listed["mode"]) == {"wall"}
+    assert set(listed["dtype"]) == {"ms"} and set(runs.loc[runs["mode"] == "ratio", "dtype"]) == {"x"}
     samples = steps.set_index("run_id").loc[listed["run_id"], "step_ms"]
     assert sorted(samples) == pytest.approx(sorted(3000.0 * x for x in NOISE))  # seconds stored as ms
     assert set(steps["phase"]) == {"measure"}
@@ -72,6 +73,12 @@ def test_compare_pairs_two_nights_and_a_real_slowdown_fails_it(tmp_path, monkeyp
     assert slow["verdict"] == "regressed" and slow["ratio"] == pytest.approx(1.3)
     assert slow["ci_low"] > 1.05  # an interval, beyond the threshold
     assert rows["tpubench --version"]["verdict"] == rows["cpu gpt2 train in-worker"]["verdict"] == "unchanged"
+    table = tpubench(
+        "compare --baseline previous --candidate latest --all", "--results", str(tmp_path), env={"COLUMNS": "250"}
+    )
+    assert table.returncode == 0, table.stdout + table.stderr  # labelled as any configuration is
+    assert "tpubench-self/startup/tpubench list wall ms 1" in table.stdout
+    assert "tpubench-self/harness_overhead/cpu gpt2 train in-worker ratio x 1" in table.stdout
 
 
 def test_an_unknown_figure_mode_is_refused(tmp_path):
