@@ -26,7 +26,6 @@ files by), rewritten whole with the store's atomic writer and schema version.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import secrets
@@ -77,7 +76,6 @@ def rows(
     figures: Mapping[str, tuple[str, Sequence[float]]],
     invocation: str,
     started: datetime,
-    tags: Mapping[str, str] | None = None,
 ) -> dict[str, list[dict]]:
     """The runs and steps rows of ``figures``: name -> (mode, repeats), repeats in seconds for
     ``wall`` (stored as milliseconds) and as they are for ``ratio``. Pure, for the tests."""
@@ -104,7 +102,6 @@ def rows(
         "tpubench_version": __version__,
         "git_sha": _git_sha(),
         "host_load_1m": os.getloadavg()[0],
-        "tags": json.dumps(dict(tags or {})),
     }
     found: dict[str, list[dict]] = {"runs": [], "steps": []}
     for name, (mode, repeats) in figures.items():
@@ -123,7 +120,6 @@ def write(
     script: str,
     figures: Mapping[str, tuple[str, Sequence[float]]],
     started: datetime,
-    tags: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Store ``figures`` (see :func:`rows`) in ``results``, added to the runs and steps files of
     the invocation ``TPUBENCH_SELF_INVOCATION`` names (a new one without it), in the date
@@ -132,7 +128,7 @@ def write(
     began = datetime.strptime(invocation.split("-", 1)[0], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
     location = store.Location(results)
     written = []
-    for table, table_rows in rows(script, figures, invocation, started, tags).items():
+    for table, table_rows in rows(script, figures, invocation, started).items():
         path = location.join(table, store.partition(began), f"{invocation}.parquet")
         fresh = store.to_table(table_rows, table)
         kept = location.read_table(path).cast(fresh.schema) if location.fs.exists(path) else fresh.schema.empty_table()
