@@ -22,7 +22,7 @@ traces after its first does.
 ``--baseline DIR`` measures another checkout's tpubench (a worktree of main) in the same
 loop, each file alternately with this one's, so that the two see the same load.
 
-Requirements (issue 49), checked on each file's fastest repeat, the script exiting 1 when
+Requirements, checked on each file's fastest repeat, the script exiting 1 when
 one is missed: a Chrome trace of about 12 MB in at most 0.5 s; at least 40 MB/s, and a peak
 RSS at most the file's size, for the largest Chrome trace when it is 400 MB or more; at
 least 20 MB/s for every trace.

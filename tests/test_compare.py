@@ -658,7 +658,7 @@ def test_pytorch_benchmark_records_of_a_multi_rank_run_carry_the_job_and_its_lay
     assert (extra["devices"], extra["parallel"], extra["mesh"], extra["scaling"]) == ("2", "dp", "dp=2", "weak")
     one_device = records(runs_frame(side("b", [10.0], n=3)[0]), steps_frame(side("b", [10.0], n=3)[1]))
     assert "devices" not in one_device[0]["benchmark"]["extra_info"]  # one device's records stay as they were
-    # a 1-device run under a plan, and a run over hosts, are series of their own (issue 45)
+    # a 1-device run under a plan, and a run over hosts, are series of their own
     fsdp1 = records(runs_frame(side("c", [10.0], parallel="fsdp")[0]), steps_frame([]))[0]["benchmark"]["extra_info"]
     assert (fsdp1["devices"], fsdp1["parallel"]) == ("1", "fsdp") and "hosts" not in fsdp1
     runs["hosts"] = 2
@@ -784,7 +784,7 @@ def test_every_reader_keeps_a_configuration_apart_from_another_layout_or_model()
 def test_a_one_device_run_keeps_its_plan_and_pairs_with_plain_runs_only_where_its_plan_has_none():
     """--devices 1,2 --parallel fsdp's 1-device runs apply no plan (tpubench.parallel.apply),
     but they are the runs the user asked for under fsdp: every reader keys and labels them
-    with it (``fsdp1``), so a dp and an fsdp 1-device run never pool (issue 45). Compare pairs
+    with it (``fsdp1``), so a dp and an fsdp 1-device run never pool. Compare pairs
     them with plain 1-device runs where the other side has no fsdp one, saying so, and pairs
     plan with plan where both sides have it."""
     plain = side("a", BASE)

@@ -314,7 +314,7 @@ def test_scaling_shows_each_configuration_over_n_and_backends_at_equal_n(serve, 
     app = serve(results, "Scaling")
     headings = [heading.value for heading in app.subheader]
     assert "gpt2/124m cuda train bfloat16 fsdp weak b8xs1024 per device" in headings
-    # a sweep over 2 hosts is a table of its own, N the devices over both hosts (issue 45)
+    # a sweep over 2 hosts is a table of its own, N the devices over both hosts
     hosts = frames(app)[headings.index("gpt2/124m cuda train bfloat16 fsdp on 2 hosts weak b8xs1024 per device")]
     assert list(hosts["N"]) == [1, 4] and list(hosts["devices/host"]) == [1, 2], hosts
     assert "Simulated: virtual CPU devices" in texts(app) and charts(app) == 2

@@ -446,7 +446,7 @@ def cpu_run(devices: int, parallel: str, tokens_per_device: float, hosts: int = 
 
 
 def test_scaling_over_hosts_reads_each_plan_against_its_own_one_device_run(tmp_path: Path) -> None:
-    """What a new user ran on one machine (issue 45): dp and fsdp on 1 device, on 2 devices of
+    """What a new user ran on one machine: dp and fsdp on 1 device, on 2 devices of
     one host and on 2 hosts of 1 device. 2-host runs read 100% against themselves (no 1-device
     row shared their host count), and the dp table took the fsdp 1-device run, the latest, as
     its baseline. Each plan's tables take that plan's 1-device run; the 2-host runs have their
@@ -473,7 +473,7 @@ def test_scaling_over_hosts_reads_each_plan_against_its_own_one_device_run(tmp_p
 
 
 def test_report_keeps_each_plan_and_host_count_a_row_of_its_own(tmp_path: Path) -> None:
-    """Issue 45: a dp 1-device run (249 ms) and an fsdp one (125 ms) came out of ``report`` as
+    """A new user's store: a dp 1-device run (249 ms) and an fsdp one (125 ms) came out of ``report`` as
     one row of median 187 ms labelled without a plan. Every reader keys and labels with
     tpubench.analysis.identity: the plan even at 1 device, and the hosts (``dp2 on 2 hosts``)."""
     rows = [

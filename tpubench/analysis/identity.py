@@ -15,7 +15,7 @@ Two decisions are made here for all of them:
   run started under a plan (``--devices 1,2 --parallel fsdp``'s N = 1) applies no plan
   (:func:`tpubench.parallel.apply` leaves the model as it is), yet it is the run the user
   asked for under that plan, and runs of two plans must never pool: ``report`` once gave a
-  dp 1-device run (249 ms) and an fsdp one (125 ms) as one row of median 187 ms (issue 45).
+  dp 1-device run (249 ms) and an fsdp one (125 ms) as one row of median 187 ms.
   Its label names the plan (``4x32 fsdp1``); :func:`configurations` keeps it, and reads a
   1-device row's tensor-parallel degree as 1 and its scaling as none (weak and strong are one
   computation on one device). Runs over several hosts are configurations of their own

@@ -15,7 +15,7 @@ judges.
   under its plan (``--devices 1,2 --parallel fsdp``'s N = 1), else plain ones (``--parallel
   none``; old rows without ``devices`` are such rows), never another plan's: a 1-device row
   is the same computation whatever its plan (the plan applies to nothing), but a dp table
-  once took an fsdp run as its baseline where the dp one was in the store (issue 45).
+  once took an fsdp run as its baseline where the dp one was in the store.
   1-device rows run on one host, so every host count's table shares them.
 - **Baseline**: the configuration's 1-device row that ran, else the smallest N that ran (1
   device ran out of memory); the table names it (``baseline_devices``, ``baseline_run_id``,
