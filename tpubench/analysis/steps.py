@@ -15,7 +15,7 @@ import pandas as pd
 #: per step, the slowest rank's: the times the job waited for
 SLOWEST = ("step_ms", "host_ms", "ttft_ms", "tpot_ms", "compile_count", "compile_s")
 #: per step, the ranks' mean: each rank's loss is over its equal slice of the batch, so their
-#: mean is the job's loss over the global batch (tpubench.launch.ranks.job_loss)
+#: mean is the job's loss over the global batch (as --verify takes it: tpubench.verify.stored_losses)
 MEAN = ("loss",)
 #: what identifies one step of one run
 STEP_KEYS = ["run_id", "phase", "step"]

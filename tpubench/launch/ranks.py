@@ -542,7 +542,7 @@ STEP_FIELDS = [f.name for f in fields(StepRecord)]
 
 def slowest_records(results: list[dict[str, Any]]) -> list[StepRecord]:
     """Per step, the job's record: the slowest rank's time (device and host), the most any
-    rank had compiled, the ranks' mean loss (the job's: :func:`job_loss`); rank 0's XLA counters."""
+    rank had compiled; rank 0's XLA counters."""
     merged = []
     for rows in zip(*(r["steps"] for r in results), strict=True):
         record = StepRecord(**{name: rows[0][name] for name in STEP_FIELDS})
@@ -550,17 +550,8 @@ def slowest_records(results: list[dict[str, Any]]) -> list[StepRecord]:
         record.host_ms = max(row["host_ms"] for row in rows)
         record.compile_count = largest(row["compile_count"] for row in rows)
         record.compile_s = largest(row["compile_s"] for row in rows)
-        record.loss = job_loss(row.get("loss") for row in rows)
         merged.append(record)
     return merged
-
-
-def job_loss(losses: Any) -> float | None:
-    """The job's loss at a step from its ranks' (each the mean over the rank's slice of the
-    batch): their mean, which is the mean over the global batch, since the slices are equal
-    (tensor-parallel ranks of one slice hold the same loss). None unless every rank read one."""
-    found = list(losses)
-    return None if not found or any(loss is None for loss in found) else float(np.mean(found))
 
 
 def largest(values: Any) -> Any:
