@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -13,7 +12,7 @@ import typer
 from rich.table import Table
 
 from tpubench.backends import BACKENDS
-from tpubench.cache_dir import cache_dir
+from tpubench.cache_dir import keep, read_kept
 from tpubench.cli.common import BadInput, app, choose, console
 from tpubench.cli.planning import (
     InputsOption,
@@ -162,10 +161,8 @@ def counted_params(workload: Workload, size: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def params_cache_path() -> Path:
-    """Where :func:`built_in_counts` keeps the built-ins' counts (``TPUBENCH_CACHE_DIR``, default
-    ``~/.cache/tpubench``)."""
-    return cache_dir() / "param-counts.json"
+#: the cache folder's file of the built-ins' parameter counts (:func:`built_in_counts`)
+PARAMS_FILE = "param-counts.json"
 
 
 def built_in_counts(workloads: list[Workload]) -> dict[tuple[str, str], int]:
@@ -182,21 +179,12 @@ def built_in_counts(workloads: list[Workload]) -> dict[tuple[str, str], int]:
     for path in sorted(folder.rglob("*.py")):
         digest.update(path.relative_to(folder).as_posix().encode() + path.read_bytes())
     key = digest.hexdigest()
-    path = params_cache_path()
-    try:
-        kept = json.loads(path.read_text())
-        counts = kept["counts"] if kept.get("key") == key else {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        counts = {}
+    counts = read_kept(PARAMS_FILE, key)
     wanted = {f"{w.name}/{size}": (w, size) for w in workloads for size in w.sizes}
     missing = {name: counted_params(*what) for name, what in wanted.items() if not isinstance(counts.get(name), int)}
     if missing:
         counts.update(missing)
-        with contextlib.suppress(OSError):  # a read-only home: count again next time
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            partial.write_text(json.dumps({"key": key, "counts": counts}))
-            partial.replace(path)
+        keep(PARAMS_FILE, key, counts)
     return {(w.name, size): counts[name] for name, (w, size) in wanted.items()}
 
 

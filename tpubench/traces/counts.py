@@ -33,19 +33,17 @@ with shapes to count pays torch's import.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import hashlib
 import importlib.util
 import json
 import math
-import os
 import sys
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
-from tpubench.cache_dir import cache_dir
+from tpubench.cache_dir import keep, read_kept
 
 #: FLOPs per output element of arithmetic elementwise ops (``alpha`` taken as 1)
 ELEMENTWISE_FLOPS = {
@@ -280,6 +278,10 @@ def count_shapes(ops: list[Any]) -> None:
                 setattr(row, f"{figure}_source", sources.pop())
 
 
+#: the cache folder's file of kept counts (:func:`kept_counts`)
+KEPT_FILE = "shape-counts.json"
+
+
 def kept_counts(signatures: set[tuple]) -> dict[tuple, Counted]:
     """:func:`count_call` of each (name, dims, types, strides, concrete), kept between runs in
     ``shape-counts.json`` of the cache folder (``TPUBENCH_CACHE_DIR``): a trace records a few
@@ -291,13 +293,7 @@ def kept_counts(signatures: set[tuple]) -> dict[tuple, Counted]:
     if not signatures:
         return {}
     key = _kept_key()
-    path = cache_dir() / "shape-counts.json"
-    kept: dict[str, list] = {}
-    if key is not None:
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            found = json.loads(path.read_text())
-            if isinstance(found, dict) and found.get("key") == key and isinstance(found.get("counts"), dict):
-                kept = found["counts"]
+    kept = read_kept(KEPT_FILE, key) if key is not None else {}
     counts, missing = {}, {}
     for signature in signatures:
         text = repr(signature)
@@ -308,11 +304,7 @@ def kept_counts(signatures: set[tuple]) -> dict[tuple, Counted]:
             counts[signature] = count_call(*signature)
             missing[text] = list(astuple(counts[signature]))
     if missing and key is not None:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            partial.write_text(json.dumps({"key": key, "counts": kept | missing}))
-            partial.replace(path)
+        keep(KEPT_FILE, key, kept | missing)
     return counts
 
 
@@ -352,7 +344,6 @@ def shapes_json(shapes: list[Any] | None, per_device: int = 1) -> str | None:
     (docs/schema.md)."""
     if not shapes:
         return None
-    import json
 
     entries = []
     for shape in shapes:
