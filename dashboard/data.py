@@ -33,7 +33,7 @@ from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
 from tpubench.results_dir import is_remote
 from tpubench.schema import RUNS
-from tpubench.serving import PERCENTILES
+from tpubench.serving.metrics import PERCENTILES
 
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300

@@ -9,7 +9,7 @@ from helpers import tpubench
 
 from tpubench import store
 from tpubench.runner import SuiteRunner, plan
-from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
+from tpubench.serving.metrics import GenerationTiming, bandwidth_utilisation, serving_metrics
 
 
 def test_vllm_metric_definitions_on_known_timings() -> None:

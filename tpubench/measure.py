@@ -25,7 +25,7 @@ from tpubench.compiles.dynamo import describe_stance_error
 from tpubench.energy import Reading, Window
 from tpubench.hostload import HostLoad
 from tpubench.hostmeter import HostLoadMeter
-from tpubench.serving import GenerationTiming
+from tpubench.serving.metrics import GenerationTiming
 from tpubench.spec import RunSpec
 from workloads import Instance
 

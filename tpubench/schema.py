@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tpubench.serving import PERCENTILES
+from tpubench.serving.metrics import PERCENTILES
 
 #: 2: a decode run's tokens_per_s is output tokens per second (was prompt plus output tokens)
 #: 3: a train step's loss in the steps table, the runs' data seed (docs/schema.md)
@@ -96,6 +96,26 @@ RUNS = pa.schema(
         ("flops_incomplete", _string),
         ("attention_flops", _string),
         ("mfu", _float),
+        # the precision its matmuls ran in, and the peak MFU divides by (docs/precision.md)
+        ("precision", _string),
+        ("mfu_peak", _string),
+        ("peak_flops_per_s", _float),
+        ("converted_linears", _int),
+        ("skipped_linears", _int),
+        ("conversion", _string),
+        # divergence from the bf16 run of the same seed and inputs (docs/precision.md)
+        ("reference_precision", _string),
+        ("final_loss", _float),
+        ("reference_loss", _float),
+        ("loss_rel_diff", _float),
+        ("logits_rel_error", _float),
+        ("top1_agreement", _float),
+        ("quality_ok", pa.bool_()),
+        # long context: the attention kernel asked for, the one that ran, its share of a step
+        ("attention", _string),
+        ("attention_kernel", _string),
+        ("attention_kernel_source", _string),
+        ("attention_share", _float),
         ("peak_mem_bytes", _int),
         ("peak_mem_bytes_min", _int),
         ("estimated_mem_bytes", _int),
@@ -322,6 +342,88 @@ MEMORY = pa.schema(
     ]
 )
 
+_LATENCIES = ("ttft", "tpot", "itl", "e2el")
+_STATS = ("mean", "p50", "p90", "p99")
+
+#: one row per point of a serving sweep (``tpubench serving``, or imported from vLLM's and
+#: SGLang's benchmark results): an engine under one request rate and concurrency, with
+#: vLLM's definitions of each latency (docs/serving.md)
+SERVING = pa.schema(
+    [
+        ("run_id", _string),  # the point
+        ("invocation_id", _string),
+        ("schema_version", pa.int32()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("source", _string),  # tpubench, or the importer and file: vllm-bench:NAME, sglang:NAME
+        ("status", _string),
+        ("error", _string),
+        ("log_tail", _string),
+        # the engine
+        ("engine", _string),
+        ("engine_version", _string),
+        ("engine_args", _string),  # JSON list
+        ("url", _string),
+        ("honoured", _string),  # JSON: request fields the engine honoured, e.g. {"ignore_eos": false}
+        ("cold_start_s", _float),  # engine start to ready, compile included
+        ("model", _string),
+        ("param_count", _int),
+        ("device", _string),  # the chip, read from the engine's host when local
+        ("device_count", _int),
+        ("host", _string),
+        ("dtype", _string),
+        ("quantization", _string),
+        ("tp_size", _int),
+        # the load
+        ("dataset", _string),
+        ("input_len", _int),
+        ("output_len", _int),
+        ("num_prompts", _int),
+        ("request_rate", _float),  # requests/s; inf: all sent at once
+        ("burstiness", _float),
+        ("max_concurrency", _int),  # null: unbounded
+        ("seed", _int),
+        ("warmups", _int),
+        ("ignore_eos", pa.bool_()),
+        ("goodput_slos", _string),  # e.g. "ttft:200 tpot:50" (ms)
+        # what it measured
+        ("completed", _int),
+        ("failed", _int),
+        ("duration_s", _float),
+        ("total_input_tokens", _int),
+        ("total_output_tokens", _int),
+        *[(f"{metric}_{stat}_ms", _float) for metric in _LATENCIES for stat in _STATS],
+        ("request_throughput", _float),  # requests/s
+        ("output_throughput", _float),  # output tokens/s
+        ("total_token_throughput", _float),  # input + output tokens/s
+        ("request_goodput", _float),  # requests/s meeting every SLO
+        ("max_concurrent_requests", _int),
+        ("price_per_hour", _float),
+        ("cost_per_m_output_tokens", _float),
+        ("tpubench_version", _string),
+        ("git_sha", _string),
+        ("tags", _string),
+    ]
+)
+
+#: one row per request of a serving point: what vLLM's result JSON keeps per request
+SERVING_REQUESTS = pa.schema(
+    [
+        ("run_id", _string),
+        ("invocation_id", _string),
+        ("schema_version", pa.int32()),
+        ("request", _int),
+        ("input_len", _int),
+        ("output_len", _int),  # from the server's usage
+        ("send_s", _float),  # since the point's start
+        ("ttft_ms", _float),
+        ("tpot_ms", _float),
+        ("e2el_ms", _float),
+        ("itl_ms", pa.list_(_float)),  # every gap between chunks
+        ("error", _string),
+    ]
+)
+
 TABLES = {
     "runs": RUNS,
     "steps": STEPS,
@@ -329,4 +431,6 @@ TABLES = {
     "compiles": COMPILES,
     "memory": MEMORY,
     "ceilings": CEILINGS,
+    "serving": SERVING,
+    "serving_requests": SERVING_REQUESTS,
 }

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     import fsspec
 
 #: tables whose file an invocation writes only once it has rows: most runs profile nothing,
-#: and eager runs compile nothing
-WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles", "memory", "ceilings"})
+#: eager runs compile nothing, and runs serve nothing
+WRITTEN_WHEN_FILLED = frozenset({"ops", "compiles", "memory", "ceilings", "serving", "serving_requests"})
 
 
 class StoreError(Exception):

@@ -43,7 +43,7 @@ from tpubench.measure import (
 )
 from tpubench.models import WorkloadUnavailable, workload_for
 from tpubench.parallel import dtensor, planning, spmd
-from tpubench.serving import GenerationTiming, bandwidth_utilisation, serving_metrics
+from tpubench.serving.metrics import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
 from tpubench.warning import TpubenchWarning

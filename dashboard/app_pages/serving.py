@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
-from tpubench.serving import PERCENTILES
+from tpubench.serving.metrics import PERCENTILES
 
 SWEEP_HINT = "tpubench run --suite llm --mode decode --batch-size 1,8,32 --prompt-len 128,1024 --gen-len 128"
 LABELS = {

@@ -45,7 +45,7 @@ from tpubench.launch import hosts
 from tpubench.measure import Measurement, StepRecord
 from tpubench.memory import PART_COLUMNS
 from tpubench.parallel import family, host_devices, torchtpu_env
-from tpubench.serving import GenerationTiming
+from tpubench.serving.metrics import GenerationTiming
 from tpubench.spec import RunSpec
 
 #: lines of a failed rank's output the row keeps (the runner's worker-log tail is 40)
