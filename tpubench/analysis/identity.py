@@ -121,3 +121,50 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
 def _texts(values: pd.Series) -> list[str | None]:
     """A column's values as text (``astype("string")``'s), None where missing."""
     return [None if pd.isna(value) else str(value) for value in values.tolist()]
+
+
+#: what makes a serving point (the ``serving`` table) the same configuration in two stores:
+#: the engine and what it served on which chip, and the load it was put under. The engine's
+#: version and arguments are not part of it: a new engine release against the last is the
+#: comparison users want (``tpubench compare``), as a new torch is for runs.
+SERVING_KEYS: tuple[str, ...] = (
+    "engine",
+    "model",
+    "device",
+    "dtype",
+    "quantization",
+    "tp_size",
+    "dataset",
+    "input_len",
+    "output_len",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "ignore_eos",
+)
+
+
+def serving_lines(points: pd.DataFrame) -> pd.Series:
+    """Each serving point's line on a latency-throughput chart, the engine and the chip it ran
+    on: ``vllm 0.11.0 on NVIDIA H100`` (``tp4`` added past one chip, the quantization where one
+    was set). Every rate and concurrency of one engine on one chip is one line."""
+    labels = []
+    for row in points.itertuples(index=False):
+        engine = row.engine if pd.isna(row.engine_version) else f"{row.engine} {row.engine_version}"
+        parts = [engine, "on", "unknown chip" if pd.isna(row.device) else str(row.device)]
+        if not pd.isna(row.tp_size) and int(row.tp_size) > 1:
+            parts.append(f"tp{int(row.tp_size)}")
+        if not pd.isna(row.quantization) and row.quantization:
+            parts.append(str(row.quantization))
+        labels.append(" ".join(parts))
+    return pd.Series(labels, index=points.index, dtype=object)
+
+
+def serving_load_labels(points: pd.DataFrame) -> pd.Series:
+    """Each serving point's load in words: ``rate 4/s, concurrency 8`` (``rate inf``: every
+    request sent at once; no concurrency: unbounded), as tables and hover texts show it."""
+    labels = []
+    for rate, concurrency in zip(points["request_rate"], points["max_concurrency"], strict=True):
+        text = "rate inf" if pd.isna(rate) or rate == float("inf") else f"rate {rate:g}/s"
+        labels.append(text if pd.isna(concurrency) else f"{text}, concurrency {int(concurrency)}")
+    return pd.Series(labels, index=points.index, dtype=object)
