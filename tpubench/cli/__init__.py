@@ -38,6 +38,7 @@ COMMANDS = {
     "ceilings": "ceilings",
     "memory": "memory",
     "parity": "parity",
+    "serving": "serving",
 }
 
 
