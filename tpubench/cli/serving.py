@@ -61,8 +61,8 @@ def check_dataset(name: str, input_len: int, output_len: int) -> None:
 
 def url_target(url: str, model: str | None, ready_timeout_s: float, device: str | None, price: float | None) -> Target:
     """A server already running at ``url``: ready once ``/models`` answers (a BadInput after
-    ``ready_timeout_s``), its version from ``/version`` where it gives one, alive while
-    ``/models`` answers."""
+    ``ready_timeout_s``), its version from ``/version`` where it gives one. No process to watch:
+    the sweep knows it is there while ``/models`` answers."""
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise BadInput(f"--url expects http://HOST:PORT/v1, got {url!r}")
@@ -85,7 +85,6 @@ def url_target(url: str, model: str | None, ready_timeout_s: float, device: str 
         host=parsed.hostname,
         device=device,
         price_per_hour=price,
-        alive=lambda: client.served_models(url) is not None,
     )
 
 

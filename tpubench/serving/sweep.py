@@ -2,8 +2,9 @@
 ``serving_requests`` rows written as each point ends.
 
 The engine is a :class:`Target`: where it answers, what it is, and two callables, ``alive``
-(is it still there?) and ``log_tail`` (the end of its log), which the launch layer gives for
-an engine it started and the command line gives for a server at ``--url``. Each point sends
+(is its process still there?) and ``log_tail`` (the end of its log), which the launch layer
+gives for an engine it started; a server at ``--url`` has neither. Either way the engine is
+gone when ``/models`` stops answering. Each point sends
 the same prompts (the dataset's, drawn once with the seed) at its own rate and concurrency.
 A server that dies in the middle of a point gives failed requests and a failed point with the
 reason and its log's tail; the sweep stops there, and every point written before it stays.
@@ -100,10 +101,19 @@ def points(rates: Sequence[float], concurrencies: Sequence[int | None]) -> list[
     return [(rate, concurrency) for concurrency in concurrencies for rate in rates]
 
 
+def answering(target: Target) -> bool:
+    """Whether the engine is still there: its process alive where the target knows one, and
+    ``/models`` answering. The process alone is not enough: a server's sockets close as it exits,
+    before its process can be seen to have ended."""
+    if target.alive is not None and not target.alive():
+        return False
+    return client.served_models(target.url, timeout_s=10.0) is not None
+
+
 def _verdict(result: client.PointResult, target: Target) -> tuple[str, str | None, bool]:
     """The point's status, the reason when it is not plainly ok, and whether the server is gone."""
     failed = [record.error for record in result.records if record.error]
-    lost = result.server_lost or (bool(failed) and target.alive is not None and not target.alive())
+    lost = result.server_lost or (bool(failed) and not answering(target))
     if lost:
         return "failed", f"the server stopped answering during the point; first error: {failed[0]}", True
     if failed and len(failed) == len(result.records):
@@ -141,7 +151,7 @@ def run_sweep(
             warmups=load.warmups,
             ignore_eos=load.ignore_eos,
             request_timeout_s=load.request_timeout_s,
-            alive=target.alive,
+            alive=lambda: answering(target),
         )
         status, error, lost = _verdict(result, target)
         figures = summarize(result.records, result.duration_s, load.slos)

@@ -7,8 +7,9 @@ from the request's arrival so that sleeps' lateness does not add up. Every ``--d
 chunk carries two tokens, so that chunks and tokens differ as they do with real engines. The
 ``usage`` (completion tokens = ``max_tokens``, prompt tokens = the prompt's words) comes as
 vLLM sends it, in a last chunk with empty ``choices`` when ``stream_options.include_usage`` asks
-(``--usage separate``), in the last chunk with choices as ``transformers serve`` does
-(``--usage last``), or never (``--usage none``).
+(``--usage separate``; one gap after the last token, so that an E2EL ending there would show),
+in the last chunk with choices as ``transformers serve`` does (``--usage last``), or never
+(``--usage none``); a request's ``testserver_usage`` field says which for that request alone.
 
 ``GET /stats`` gives its own count of requests in flight and the most seen at once
 (``POST /stats/reset`` zeroes them); ``GET /v1/models`` and ``GET /version`` answer as vLLM's
@@ -80,6 +81,7 @@ def make_app(behaviour: Behaviour) -> web.Application:
         max_tokens = int(body.get("max_tokens") or 16)
         prompt_tokens = len(str(body.get("prompt", "")).split())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        usage_mode = body.get("testserver_usage", behaviour.usage)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}
         usage["total_tokens"] = prompt_tokens + max_tokens
         common = {"id": f"cmpl-{number}", "object": "text_completion", "created": int(time.time())}
@@ -102,12 +104,16 @@ def make_app(behaviour: Behaviour) -> web.Application:
                 last = index == len(counts) - 1
                 choice = {"index": 0, "text": " tok" * count, "finish_reason": "length" if last else None}
                 chunk = {**common, "choices": [choice]}
-                if last and behaviour.usage == "last":
+                if last and usage_mode == "last":
                     chunk["usage"] = usage
                 await response.write(_event(chunk))
                 if behaviour.die_after is not None and number > behaviour.die_after:
+                    print(f"dying in the middle of request {number}", file=sys.stderr, flush=True)
                     os._exit(3)  # a crash mid-stream: no reply finished, no cleanup
-            if behaviour.usage == "separate" and include_usage:
+            if usage_mode == "separate" and include_usage:  # one gap later: E2EL must not end at it
+                due = arrived + behaviour.first_s + len(counts) * behaviour.gap_s
+                if (wait := due - loop.time()) > 0:
+                    await asyncio.sleep(wait)
                 await response.write(_event({**common, "choices": [], "usage": usage}))
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
@@ -176,12 +182,13 @@ def main(argv: list[str] | None = None) -> None:
 
 class TestServer:
     """The server in a subprocess of its own, for a ``with`` block: ``.url`` (``.../v1``) once it
-    listens (its ready file written), stopped and reaped on leaving."""
+    listens (its ready file written), its output in ``log_path``, stopped and reaped on leaving."""
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, work_dir: Path, *args: str, ready_timeout_s: float = 30.0):
         self.ready_file = Path(work_dir) / f"testserver-{os.getpid()}-{id(self)}.port"
+        self.log_path = self.ready_file.with_suffix(".log")
         self.args = args
         self.ready_timeout_s = ready_timeout_s
         self.process: subprocess.Popen | None = None
@@ -194,7 +201,8 @@ class TestServer:
     def __enter__(self) -> TestServer:
         self.ready_file.unlink(missing_ok=True)
         command = [sys.executable, "-m", "tpubench.serving.testserver", "--ready-file", str(self.ready_file)]
-        self.process = subprocess.Popen([*command, *self.args], stdout=subprocess.DEVNULL)
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen([*command, *self.args], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.ready_timeout_s
         while not self.ready_file.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -203,6 +211,9 @@ class TestServer:
             time.sleep(0.02)
         self.port = int(self.ready_file.read_text())
         return self
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
