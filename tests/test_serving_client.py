@@ -129,6 +129,23 @@ def test_gamma_arrivals_have_vllms_mean_spread_total_and_seed() -> None:
             arrivals.arrival_times(5, bad)
 
 
+def test_datasets_give_the_lengths_asked_and_share_prefixes(tmp_path: Path) -> None:
+    random = datasets.prompts("random", 3, 50, 7, seed=2)
+    assert [len(p.text.split()) for p in random] == [50] * 3 and {p.output_len for p in random} == {7}
+    assert random == datasets.prompts("random", 3, 50, 7, seed=2) != datasets.prompts("random", 3, 50, 7, seed=3)
+    shared = datasets.prompts("prefix:30,2", 4, 50, 7)
+    heads = [tuple(p.text.split()[:30]) for p in shared]
+    assert heads[0] == heads[2] != heads[1] == heads[3]  # two groups, each with its prefix
+    assert len({p.text for p in shared}) == 4 and all(len(p.text.split()) == 50 for p in shared)
+    conversations = [
+        {"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "answer"}]}
+        for i in range(3)
+    ]
+    (tmp_path / "share.json").write_text(json.dumps([*conversations, {"conversations": []}]))
+    texts = {p.text for p in datasets.prompts(f"sharegpt:{tmp_path / 'share.json'}", 5, 50, 7)}
+    assert texts == {"question 0", "question 1", "question 2"}
+
+
 def test_requests_are_sent_at_their_arrival_times(server: TestServer) -> None:
     times = arrivals.arrival_times(8, 40.0, seed=0)
     prompts = datasets.prompts("random", 8, 4, 2)

@@ -136,7 +136,7 @@ def serving_command(
     warmups: Annotated[int, typer.Option(min=0, help="Warm-up requests before each point, not kept.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and the arrival times.")] = 0,
     goodput: Annotated[
-        str | None, typer.Option(help="SLOs in ms a good request meets: --goodput ttft:200 tpot:50 (e2el too).")
+        list[str] | None, typer.Option(help="SLOs in ms a good request meets: --goodput ttft:200 tpot:50 (e2el too).")
     ] = None,
     ignore_eos: Annotated[bool, typer.Option(help="Ask the engine to ignore EOS (not every engine takes it).")] = False,
     device: Annotated[str | None, typer.Option(help="The chip behind --url, stored with the rows.")] = None,
@@ -156,7 +156,7 @@ def serving_command(
     stray = [word for word in ctx.args if goodput is None or ":" not in word]
     if stray:
         raise BadInput(f"unexpected argument {stray[0]!r}")
-    slos = goodput_slos([goodput, *ctx.args] if goodput is not None else [])
+    slos = goodput_slos([*goodput, *ctx.args] if goodput is not None else [])
     if goodput is not None and not slos:
         raise BadInput("--goodput expects NAME:MS, e.g. ttft:200 tpot:50")
     if not (burstiness > 0):

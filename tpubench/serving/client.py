@@ -23,7 +23,7 @@ import json
 import math
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import monotonic, perf_counter, sleep
 
 import aiohttp
@@ -41,7 +41,6 @@ class PointResult:
     records: list[RequestRecord]
     duration_s: float
     max_in_flight: int
-    warmup_errors: list[str] = field(default_factory=list)
     server_lost: bool = False
 
 
@@ -87,6 +86,8 @@ async def stream_request(
                         if usage := event.get("usage"):
                             output_len = usage.get("completion_tokens")
                             prompt_tokens = usage.get("prompt_tokens")
+                        if (failure := event.get("error")) and error is None:  # vLLM's error inside a stream
+                            error = f"in the stream: {str(failure)[:300]}"
     except (aiohttp.ClientError, TimeoutError, ConnectionError, ValueError) as caught:
         error = f"{type(caught).__name__}: {caught}"
         if isinstance(caught, CONNECTION_ERRORS):
@@ -135,7 +136,7 @@ async def _run_point(
         return record
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
-        warmups = await asyncio.gather(*(limited(session, body, 0, perf_counter()) for body in warmup_bodies))
+        await asyncio.gather(*(limited(session, body, 0, perf_counter()) for body in warmup_bodies))
         in_flight = most = 0
         start = perf_counter()
         tasks: list[asyncio.Task[RequestRecord]] = []
@@ -156,7 +157,6 @@ async def _run_point(
         records=records,
         duration_s=duration,
         max_in_flight=most,
-        warmup_errors=[record.error for record in warmups if record.error],
         server_lost=lost.is_set(),
     )
 
