@@ -221,9 +221,12 @@ def server_version(url: str, timeout_s: float = 2.0) -> str | None:
     return str(version) if version else None
 
 
+#: ``owned_by`` values that name the engine serving (``transformers serve`` says ``local``, which does not)
+ENGINE_OWNERS = ("vllm", "sglang", "tpubench-testserver")
+
+
 def engine_name(url: str, timeout_s: float = 2.0) -> str | None:
-    """Who serves the models, by ``/models``' ``owned_by`` (vLLM says ``vllm``); None if it says nothing."""
+    """Who serves the models, where ``/models``' ``owned_by`` names an engine (vLLM says ``vllm``)."""
     answer = _get_json(url.rstrip("/") + "/models", timeout_s)
     owners = {entry.get("owned_by") for entry in (answer or {}).get("data") or [] if isinstance(entry, dict)}
-    owners.discard(None)
-    return str(owners.pop()) if len(owners) == 1 else None
+    return owners.pop() if len(owners) == 1 and owners <= set(ENGINE_OWNERS) else None
