@@ -11,9 +11,9 @@ go first and are not kept.
 The client must not limit what it measures: the body of each request is encoded before the
 point starts, an event is parsed only once its line is whole, and the arrival of a read is
 timed once for every event it holds (``benchmarks/serving_client.py`` prints its CPU time per
-request and per chunk). A request that loses its connection asks ``alive`` once whether the
-server is still there; when it is not, no further request is sent and each one left is
-recorded as failed, not sent.
+request and per chunk). A request that loses its connection asks ``alive`` (at most once a
+second) whether the server is still there; when it is not, no further request is sent and each
+one left is recorded as failed, not sent.
 """
 
 from __future__ import annotations
@@ -110,11 +110,11 @@ async def _run_point(
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     in_flight = most = 0
     lost = asyncio.Event()
-    checked = False
+    next_check = 0.0  # a broken connection asks whether the server is alive, at most once a second
     completions = url.rstrip("/") + "/completions"
 
     async def limited(session: aiohttp.ClientSession, body: bytes, input_len: int, start: float) -> RequestRecord:
-        nonlocal in_flight, most, checked
+        nonlocal in_flight, most, next_check
         if limit is not None:
             await limit.acquire()
         try:
@@ -129,8 +129,9 @@ async def _run_point(
         finally:
             if limit is not None:
                 limit.release()
-        if record.error and record.error.startswith("connection:") and alive is not None and not checked:
-            checked = True
+        broken = record.error is not None and record.error.startswith("connection:")
+        if broken and alive is not None and perf_counter() >= next_check:
+            next_check = perf_counter() + 1.0
             if not await asyncio.to_thread(alive):
                 lost.set()
         return record
