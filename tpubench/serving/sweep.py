@@ -83,7 +83,7 @@ class Load:
     def columns(self, rate: float, concurrency: int | None) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
-            "input_len": self.input_len,
+            "input_len": None if self.dataset.startswith("sharegpt:") else self.input_len,  # the file's own
             "output_len": self.output_len,
             "num_prompts": self.num_prompts,
             "request_rate": rate,
