@@ -11,7 +11,8 @@ client (:func:`tpubench.serving.client.run_point`):
   read share its timing) and once from one that spaces them ``--gap-ms`` apart (every chunk
   its own read: what a real engine's decode steps give);
 * the highest sustained rate: Poisson points at rising rates, each sustained while the client
-  sends on time (its median send lateness under 5 ms) and completes 90% of the rate.
+  sends on time (its median send lateness under 5 ms) and completes 90% of the rate, with the
+  share of a core the client and the server each used (the one near 100% is the limit).
 
 Goals (printed ``met`` or ``NOT MET``, the script exiting 1 when one is missed): at most 1 ms
 of client CPU per request and 0.1 ms per chunk. The highest sustained rate is printed, not
@@ -30,6 +31,8 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
@@ -54,17 +57,24 @@ def cpu_of_point(url: str, count: int, tokens: int, concurrency: int) -> tuple[f
     return spent, sum(len(r.itl_ms) + 1 for r in result.records), result
 
 
-def sustained(url: str, count: int, concurrency: int) -> tuple[float | None, list[str]]:
-    """The highest of :data:`RATES` the client keeps up with, and a line per rate tried."""
+def sustained(server: TestServer, count: int, concurrency: int) -> tuple[float | None, list[str]]:
+    """The highest of :data:`RATES` the client keeps up with, and a line per rate tried, with the
+    share of a core the client and the server each used: the one near 100% is the limit."""
     best, lines = None, []
     prompts = datasets.prompts("random", count, 16, 4)
+    serving = psutil.Process(server.process.pid)
     for rate in RATES:
         times = arrivals.arrival_times(count, rate, seed=0)
-        result = client.run_point(url, "tpubench-test", prompts, times, max_concurrency=concurrency)
+        ours, theirs = time.process_time(), sum(serving.cpu_times()[:2])
+        result = client.run_point(server.url, "tpubench-test", prompts, times, max_concurrency=concurrency)
+        ours, theirs = time.process_time() - ours, sum(serving.cpu_times()[:2]) - theirs
         late_ms = statistics.median(1e3 * (r.send_s - t) for r, t in zip(result.records, times, strict=True))
         done = sum(r.error is None for r in result.records) / result.duration_s
         kept_up = late_ms < 5 and done >= 0.9 * rate
-        lines.append(f"  rate {rate:>5}/s: {done:7.0f} req/s done, median send {late_ms:6.2f} ms late: {kept_up}")
+        lines.append(
+            f"  rate {rate:>5}/s: {done:7.0f} req/s done, median send {late_ms:6.2f} ms late: {kept_up}; "
+            f"CPU client {100 * ours / result.duration_s:3.0f}%, server {100 * theirs / result.duration_s:3.0f}%"
+        )
         if not kept_up:
             break
         best = rate
@@ -92,7 +102,7 @@ def main() -> None:
             for name, url in (("cpu per chunk (batched)", fast.url), ("cpu per chunk", spaced.url)):
                 many, chunks, _ = cpu_of_point(url, args.requests, args.tokens, args.concurrency)
                 figures[name].append((many - one) / (chunks - args.requests))
-        best, lines = sustained(fast.url, args.requests, args.concurrency)
+        best, lines = sustained(fast, args.requests, args.concurrency)
     median = {name: statistics.median(values) for name, values in figures.items()}
     print(
         f"{args.requests} requests a point at concurrency {args.concurrency}, {args.repeat} repeats, median "
