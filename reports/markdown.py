@@ -14,6 +14,9 @@ from reports import BUSY_NOTE, DECODE_TOKENS_NOTE, RESULTS_HEADINGS, Report, res
 from tpubench.analysis.ceilings import attained_text
 from tpubench.analysis.compare import verdict_counts
 from tpubench.analysis.identity import config_labels
+from tpubench.analysis.serving_compare import overall_verdict as serving_verdict
+from tpubench.analysis.serving_compare import serving_labels
+from tpubench.analysis.serving_compare import verdict_counts as serving_counts
 
 VERDICT_MARK = {
     "regressed": "🔴",
@@ -69,6 +72,37 @@ def comparison_markdown(comparison: pd.DataFrame, show_unchanged: bool = False) 
         "base_value": "baseline",
         "test_value": "candidate",
         "change": "change",
+        "verdict": "verdict",
+        "reason": "why",
+    }
+    return f"{line}.\n\n" + table(frame, columns)
+
+
+def serving_markdown(comparison: pd.DataFrame, show_unchanged: bool = False) -> str:
+    """A serving comparison (:mod:`tpubench.analysis.serving_compare`): its verdict, the tally,
+    and the rows that are not ``unchanged`` (all with ``show_unchanged``), each point named."""
+    counts = serving_counts(comparison)
+    line = f"**{serving_verdict(comparison).capitalize()}**: " + (
+        ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n) or "nothing compared"
+    )
+    shown = comparison if show_unchanged else comparison[comparison["verdict"] != "unchanged"]
+    if shown.empty:
+        return f"{line}."
+    frame = shown.copy()
+    frame["point"] = serving_labels(frame)
+    frame["verdict"] = frame["verdict"].map(lambda v: f"{VERDICT_MARK.get(v, '')} {v}".strip())
+    frame["change"] = frame["ratio"].map(lambda r: f"{100 * (r - 1):+.1f}%" if r == r and r is not None else "-")
+    frame["ci"] = [
+        "-" if low is None or low != low else f"{100 * (low - 1):+.1f}% .. {100 * (high - 1):+.1f}%"
+        for low, high in zip(frame["ci_low"], frame["ci_high"], strict=True)
+    ]
+    columns = {
+        "point": "point",
+        "metric": "metric",
+        "base_value": "baseline",
+        "test_value": "candidate",
+        "change": "change",
+        "ci": "95% CI",
         "verdict": "verdict",
         "reason": "why",
     }

@@ -353,18 +353,19 @@ def load_steps(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.Da
     return load_table(results_dir, "steps", **filters)
 
 
-def append_store(source: str | Path, target: str | Path) -> int:
+def append_store(source: str | Path, target: str | Path, tables: Iterable[str] = tuple(TABLES)) -> int:
     """Copy every table file of the store ``source`` into the store ``target`` (a local
     directory or a bucket), at the same path; returns how many were copied.
 
     Each file is one invocation's, named by its id, so stores merge without collisions
     (``cp -rn``'s rule: a file ``target`` already has is kept). What ``tpubench ci --history``
     does each night, so that one store holds every night for ``regressions``, the
-    dashboard's Trends and the next night's creep check.
+    dashboard's Trends and the next night's creep check. ``tables``: only these (``tpubench
+    ci --serving`` copies a sweep's serving points into tonight's results).
     """
     origin, destination = Location(source), Location(target)
     copied = 0
-    for table in TABLES:
+    for table in tables:
         for path in origin.glob(table, "date=*", "*.parquet"):
             relative = path[len(origin.root) + 1 :]
             goal = destination.join(*relative.split("/"))

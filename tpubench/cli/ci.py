@@ -33,10 +33,21 @@ import pandas as pd
 import typer
 
 from tpubench import store
-from tpubench.analysis import compare
+from tpubench.analysis import compare, serving_compare
 from tpubench.analysis.identity import CONFIG_KEYS, config_labels, spec_key
 from tpubench.cli.common import BadInput, app, console, key_values, writable_dir, writable_results
-from tpubench.cli.compare import STATISTIC_HELP, Selection, prices_from, select, settings_from, write_report
+from tpubench.cli.compare import (
+    STATISTIC_HELP,
+    Selection,
+    ServingSelection,
+    prices_from,
+    select,
+    select_serving,
+    serving_comparison,
+    serving_line,
+    settings_from,
+    write_report,
+)
 from tpubench.cli.planning import (
     DevicesOption,
     InputsOption,
@@ -102,6 +113,45 @@ def load_baseline(baseline: str, results: str) -> Selection:
     if not (runs["status"] == "ok").any():
         raise BadInput(f"--baseline {baseline}: none of its {len(runs)} runs is ok; nothing to compare with")
     return Selection(str(path), runs, steps)
+
+
+#: the tables of a serving sweep, which ``--serving`` copies into tonight's results
+SERVING_TABLES = ("serving", "serving_requests")
+
+
+def load_serving(option: str, path: str) -> ServingSelection:
+    """Every serving point of the store at ``path`` and its requests; none, or an unreadable
+    store, is a BadInput naming ``option``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            points = store.load_table(Path(path).expanduser(), "serving")
+            requests = store.load_table(Path(path).expanduser(), "serving_requests")
+        except (StoreError, OSError, ValueError) as error:
+            raise BadInput(f"{option} {path}: no serving points in it ({error})") from error
+    unreadable = [str(w.message) for w in caught if "unreadable results file" in str(w.message)]
+    if unreadable:
+        raise BadInput(f"{option} {path} is corrupt: {unreadable[0]}")
+    if points.empty:
+        raise BadInput(
+            f"{option} {path}: no serving points in it (expected serving/date=*/*.parquet, "
+            "which `tpubench serving --results` writes)"
+        )
+    return ServingSelection(str(path), points, requests)
+
+
+def serving_baseline(baseline: str, results: str) -> ServingSelection | None:
+    """The baseline's serving points: all of a results folder's, or those a selector picks
+    from ``results``; None where it has none (a night from before serving points were kept)."""
+    if not _looks_like_path(baseline):
+        return select_serving(results, baseline)
+    path = Path(baseline).expanduser()
+    if not path.is_dir():
+        raise BadInput(f"--baseline {baseline}: no such directory (the last green job's results folder)")
+    try:
+        return load_serving("--baseline", str(path))
+    except BadInput:
+        return None
 
 
 def auto_rounds(base: Selection | None, specs: list[RunSpec], settings: compare.Settings, most: int) -> tuple[int, str]:
@@ -213,6 +263,17 @@ def ci_command(
     creep_nights: Annotated[
         int, typer.Option(min=1, help="With --history: how many nights back the creep check compares with.")
     ] = CREEP_NIGHTS,
+    serving: Annotated[
+        str | None,
+        typer.Option(
+            help="Tonight's serving points: a store that `tpubench serving --results STORE` wrote. They are copied "
+            "into --out/results, compared with the baseline's serving points and gate the job as runs do "
+            "(docs/regressions.md, 'Serving points')."
+        ),
+    ] = None,
+    serving_only: Annotated[
+        bool, typer.Option(help="Run no suite: compare and gate the --serving points only.")
+    ] = False,
     fail_on_inconclusive: Annotated[
         bool,
         typer.Option(help=f"Exit {INCONCLUSIVE_EXIT} when nothing regressed but something could not be decided."),
@@ -259,9 +320,20 @@ def ci_command(
     results_dir = out.resolve() / "results"
     if results_dir.exists() and any(results_dir.glob("runs/date=*/*.parquet")):
         raise BadInput(f"--out {out}: {results_dir} already holds runs; give the job an empty folder")
-    base = load_baseline(baseline, results) if baseline else None
+    if serving_only and serving is None:
+        raise BadInput("--serving-only needs --serving STORE: tonight's serving points to compare")
+    tonight_serving = load_serving("--serving", serving) if serving is not None else None
+    base = load_baseline(baseline, results) if baseline and not serving_only else None
+    base_serving = serving_baseline(baseline, results) if baseline and serving is not None else None
+    if serving_only and baseline and base_serving is None:
+        raise BadInput(f"--baseline {baseline}: no serving points in it to compare --serving with")
     if history is not None:
         history = str(writable_results(history, "--history"))
+    if serving_only:
+        assert tonight_serving is not None
+        out_dir = writable_dir("--out", out)
+        _serving_night(tonight_serving, base_serving, out_dir, settings, history, creep_nights, fail_on_inconclusive)
+        return
     specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout, **shape)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
@@ -310,14 +382,122 @@ def ci_command(
     failed = candidate_runs[candidate_runs["status"].isin(FAILED)]
     for line in _closing(comparison, failed, base is not None):
         console.print(line, highlight=False)
+    verdicts = [] if comparison is None else [compare.overall_verdict(comparison)]
+    if tonight_serving is not None:
+        verdicts.append(_serving_step(tonight_serving, base_serving, out_dir, settings))
     crept = False
     if history is not None:
         crept = _history(history, results_dir, runner.invocation_id, creep_nights, settings, out_dir / "summary.md")
+        if tonight_serving is not None:
+            crept = _serving_creep(history, tonight_serving, creep_nights, settings, out_dir / "summary.md") or crept
     console.print(f"summary: {out_dir / 'summary.md'}; report: {out_dir / 'report.html'}; results: {results_dir}")
-    if report.regressed or crept or (base is None and not failed.empty):
+    regressed = report.regressed or "regressed" in verdicts
+    if regressed or crept or (base is None and not failed.empty):
         raise typer.Exit(1)
-    if fail_on_inconclusive and comparison is not None and compare.overall_verdict(comparison) == "inconclusive":
+    if fail_on_inconclusive and "inconclusive" in verdicts:
         raise typer.Exit(INCONCLUSIVE_EXIT)
+
+
+def _serving_night(
+    tonight: ServingSelection,
+    base: ServingSelection | None,
+    out_dir: Path,
+    settings: compare.Settings,
+    history: str | None,
+    creep_nights: int,
+    fail_on_inconclusive: bool = False,
+) -> None:
+    """``--serving-only``: no suite; tonight's serving points copied into results/, compared
+    with the baseline's, the summary written; exit as a night of runs does."""
+    summary = out_dir / "summary.md"
+    summary.write_text("# tpubench ci: serving points\n")
+    verdict = _serving_step(tonight, base, out_dir, settings)
+    crept = False
+    if history is not None:
+        copied = store.append_store(out_dir / "results", history)
+        console.print(f"history: {copied} file(s) appended to {history}", highlight=False)
+        crept = _serving_creep(history, tonight, creep_nights, settings, summary)
+    console.print(f"summary: {summary}; results: {out_dir / 'results'}", highlight=False)
+    if verdict == "regressed" or crept:
+        raise typer.Exit(1)
+    if fail_on_inconclusive and verdict == "inconclusive":
+        raise typer.Exit(INCONCLUSIVE_EXIT)
+
+
+def _serving_step(
+    tonight: ServingSelection, base: ServingSelection | None, out_dir: Path, settings: compare.Settings
+) -> str:
+    """Copy tonight's serving points into ``out_dir``/results (the next night's baseline and
+    the history get them with the runs), compare them with ``base``'s, write
+    ``serving_comparison.json`` and the summary's section, print the verdict and what
+    regressed; the serving verdict (one of :data:`serving_compare.OVERALL`)."""
+    results_dir = out_dir / "results"
+    store.append_store(tonight.selector, results_dir, SERVING_TABLES)
+    if base is None:
+        line = f"serving points: no baseline points, nothing compared ({len(tonight.points)} kept in {results_dir})"
+        console.print(line, highlight=False)
+        with (out_dir / "summary.md").open("a") as stream:
+            stream.write(f"\n## Serving points\n\n{line}.\n")
+        return "nothing compared"
+    from reports.markdown import serving_markdown
+
+    frame = serving_comparison(base, tonight, settings)
+    (out_dir / "serving_comparison.json").write_text(json.dumps(serving_compare.records(frame), indent=1) + "\n")
+    with (out_dir / "summary.md").open("a") as stream:
+        stream.write(f"\n## Serving points\n\n{serving_markdown(frame)}\n")
+    for line in _serving_closing(frame):
+        console.print(line, highlight=False)
+    return serving_compare.overall_verdict(frame)
+
+
+def _serving_closing(frame: pd.DataFrame) -> list[str]:
+    """A serving comparison's last words: the verdict, and each point that regressed or decided nothing."""
+    verdict = serving_compare.overall_verdict(frame)
+    counts = serving_compare.verdict_counts(frame)
+    tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    if verdict == "regressed":
+        rows = serving_compare.regressions(frame)
+        head = f"SERVING REGRESSED ({tally}):"
+    elif verdict == "inconclusive":
+        rows = serving_compare.undecided(frame)
+        head = f"SERVING INCONCLUSIVE: no regression shown, and {len(rows)} gating row(s) decided nothing ({tally}):"
+    else:
+        return [serving_line(frame)]
+    labels = serving_compare.serving_labels(rows)
+    return [head, *(f"  {label}: {reason}" for label, reason in zip(labels, rows["reason"], strict=True))]
+
+
+def _serving_creep(
+    history: str, tonight: ServingSelection, nights: int, settings: compare.Settings, summary: Path
+) -> bool:
+    """Tonight's serving points against those of the night ``nights`` before in the history
+    (a night: the UTC day a sweep started), added to ``summary``; whether that regressed."""
+    try:
+        points = store.load_table(history, "serving")
+    except (StoreError, OSError, ValueError):
+        return False
+    days = pd.to_datetime(points["started_at"], utc=True).dt.strftime("%Y-%m-%d")
+    mine = points["run_id"].isin(set(tonight.points["run_id"]))
+    if not mine.any():
+        return False
+    earlier = sorted(set(days[~mine & (days < days[mine].min())]))
+    if not earlier:
+        return False
+    reference = earlier[-nights] if len(earlier) >= nights else earlier[0]
+    old = points[(days == reference) & ~mine]
+    ids = [*old["run_id"], *tonight.points["run_id"]]
+    requests = store.scan_table(history, "serving_requests", run_id=ids)
+    frame = serving_compare.compare_points(old, points[mine], requests, settings)
+    verdict = serving_compare.overall_verdict(frame)
+    from reports.markdown import serving_markdown
+
+    with summary.open("a") as stream:
+        stream.write(f"\n## Slow creep of serving points: against {reference}\n\n{serving_markdown(frame)}\n")
+    console.print(f"serving creep: {verdict.upper() if verdict == 'regressed' else verdict} against {reference}")
+    labels = serving_compare.serving_labels(serving_compare.regressions(frame))
+    for label, reason in zip(labels, serving_compare.regressions(frame)["reason"], strict=True):
+        console.print(f"  {label}: {reason}", highlight=False)
+    return verdict == "regressed"
 
 
 def _history(

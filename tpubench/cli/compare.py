@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpubench import store
-from tpubench.analysis import compare
+from tpubench.analysis import compare, serving_compare
 from tpubench.analysis.ceilings import attach_attained, attained_text
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
 from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
@@ -29,6 +29,7 @@ from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.analysis.shapes import whole_numbers
 from tpubench.cli.common import BadInput, app, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.schema import SERVING
 from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
@@ -46,6 +47,85 @@ class Selection:
     runs: pd.DataFrame
     steps: pd.DataFrame
     compiles: pd.DataFrame | None = None  # the runs' compile events, where captured
+
+
+@dataclass
+class ServingSelection:
+    """Serving points picked by a selector, and their requests."""
+
+    selector: str
+    points: pd.DataFrame
+    requests: pd.DataFrame
+
+
+def select_serving(results: str, selector: str) -> ServingSelection | None:
+    """The serving points of ``results`` that ``selector`` picks (the selector's terms read the
+    ``serving`` table's columns: ``engine=vllm``, ``tag.night=3``), with their requests; None
+    where the store holds none, or the selector picks none (a runs column, ``backend=cuda``,
+    picks no serving point, and is no error for a store of runs)."""
+    try:
+        points = store.load_table(results, "serving")
+    except StoreError:
+        return None
+    if points.empty:
+        return None
+    try:
+        chosen = select_runs(points, selector, SERVING.names)
+    except SelectorError:
+        return None
+    wanted = {"run_id": list(chosen["run_id"]), "invocation_id": sorted(set(chosen["invocation_id"]))}
+    return ServingSelection(selector, chosen, store.scan_table(results, "serving_requests", **wanted))
+
+
+def serving_comparison(
+    baseline: ServingSelection, candidate: ServingSelection, settings: compare.Settings
+) -> pd.DataFrame:
+    """The serving points' comparison; overlapping selections are a BadInput, as for runs."""
+    shared = set(baseline.points["run_id"]) & set(candidate.points["run_id"])
+    if shared:
+        raise BadInput(
+            f"--baseline {baseline.selector!r} and --candidate {candidate.selector!r} share {len(shared)} serving "
+            "point(s); a point cannot be compared with itself"
+        )
+    requests = pd.concat([baseline.requests, candidate.requests], ignore_index=True)
+    return serving_compare.compare_points(baseline.points, candidate.points, requests, settings)
+
+
+def serving_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, int]:
+    """A serving comparison's rows worth reading (every TPOT row and every verdict but
+    unchanged; all with ``show_all``) as a rich table, and how many were left out."""
+    shown = (
+        comparison
+        if show_all
+        else comparison[(comparison["metric"] == "tpot") | (comparison["verdict"] != "unchanged")]
+    )
+    table = Table(title="serving points: baseline -> candidate")
+    for header in ("point", "metric", "baseline", "candidate", "change", "95% CI", "p", "verdict", "why"):
+        table.add_column(header, justify="right" if header in ("baseline", "candidate", "change", "p") else "left")
+    labels = serving_compare.serving_labels(shown)
+    for label, row in zip(labels, shown.astype(object).where(shown.notna(), None).to_dict("records"), strict=True):
+        ci = "-" if row["ci_low"] is None else f"{_change(row['ci_low'])}..{_change(row['ci_high'])}"
+        table.add_row(
+            label,
+            f"{row['metric']} ({row['unit']})" if row["unit"] else row["metric"],
+            _number(row["base_value"]),
+            _number(row["test_value"]),
+            _change(row["ratio"]),
+            ci,
+            "-" if row["p_value"] is None else f"{row['p_value']:.2g}",
+            Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], "")),
+            row["reason"],
+        )
+    return table, len(comparison) - len(shown)
+
+
+def serving_line(comparison: pd.DataFrame) -> str:
+    """A serving comparison in one line: its verdict, why where undecided, and the tally."""
+    verdict = serving_compare.overall_verdict(comparison)
+    undecided = len(serving_compare.undecided(comparison))
+    why = f" ({undecided} gating row(s) decided nothing; more points or requests would tell)" if undecided else ""
+    counts = serving_compare.verdict_counts(comparison)
+    return f"serving points: {verdict}{why}; " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
 
 
 def load_all_runs(results: str) -> pd.DataFrame:
@@ -259,65 +339,112 @@ def compare_command(
     settings = settings_from(threshold, statistic)
     price_table = prices_from(prices)
     markdown = _output_file("--markdown", markdown)
-    all_candidate_runs = load_all_runs(results)
-    chosen_candidate = select(results, candidate, all_candidate_runs)
     base_store = baseline_results or results
-    chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
-    frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
+    serving_sides = select_serving(base_store, baseline), select_serving(results, candidate)
+    serving = None
+    if serving_sides[0] is not None and serving_sides[1] is not None:
+        serving = serving_comparison(*serving_sides, settings)
+    try:
+        all_candidate_runs = load_all_runs(results)
+        chosen_candidate = select(results, candidate, all_candidate_runs)
+        chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
+    except BadInput as error:
+        if serving is None:
+            raise
+        runs_skipped = f"runs: none compared ({error})"  # serving points only: the selectors pick no runs
+        frame, keys = pd.DataFrame(columns=compare.COLUMNS), []
+    else:
+        runs_skipped = None
+        frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
     ceilings_read: list[str] = []
-    if not set(compare.SIDE_KEYS) <= set(keys):
+    if runs_skipped is None and not set(compare.SIDE_KEYS) <= set(keys):
         sides = with_attained(chosen_baseline.runs, base_store), with_attained(chosen_candidate.runs, results)
         cross = compare.cross_backend(*sides, price_table)
         ceilings_read = list(dict.fromkeys(pd.concat([side["ceiling_choice"] for side in sides]).dropna()))
     counts = compare.verdict_counts(frame)
+    verdict = compare.overall_verdict(frame)
+    if serving is not None:
+        verdict = serving_compare.combined_verdict(
+            *([] if runs_skipped else [verdict]), serving_compare.overall_verdict(serving)
+        )
     if markdown is not None:
-        from reports.markdown import comparison_markdown, cross_markdown
+        from reports.markdown import comparison_markdown, cross_markdown, serving_markdown
 
-        text = f"# tpubench compare\n\nBaseline `{baseline}`, candidate `{candidate}`: " + comparison_markdown(frame)
+        text = f"# tpubench compare\n\nBaseline `{baseline}`, candidate `{candidate}`: " + (
+            comparison_markdown(frame) if runs_skipped is None else f"{runs_skipped}."
+        )
         if not cross.empty:
             text += "\n\n## Across backends\n\n" + cross_markdown(cross)
+        if serving is not None:
+            text += "\n\n## Serving points\n\n" + serving_markdown(serving)
         markdown.write_text(text + "\n")
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "baseline": baseline,
-                    "candidate": candidate,
-                    "paired_on": keys,
-                    "verdict": compare.overall_verdict(frame),
-                    "counts": counts,
-                    "comparison": _records(frame),
-                    "cross_backend": _records(cross),
-                },
-                indent=1,
-            )
-        )
+        found = {
+            "baseline": baseline,
+            "candidate": candidate,
+            "paired_on": keys,
+            "verdict": verdict,
+            "counts": counts,
+            "comparison": _records(frame),
+            "cross_backend": _records(cross),
+        }
+        if serving is not None:
+            found["serving"] = {
+                "verdict": serving_compare.overall_verdict(serving),
+                "paired_on": serving_compare.pair_keys(serving_sides[0].points, serving_sides[1].points),
+                "counts": serving_compare.verdict_counts(serving),
+                "comparison": serving_compare.records(serving),
+            }
+        print(json.dumps(found, indent=1))
     else:
-        table, hidden = comparison_table(frame, show_all)
-        console.print(table)
-        if hidden:
-            console.print(f"({hidden} unchanged row(s) of other metrics not shown; --all shows them)")
-        if not cross.empty:
-            console.print(cross_table(cross))
-            for choice in ceilings_read:  # which measured ceiling "MFU att." divides by, and why that sweep
-                console.print(f"MFU att. against {choice}", highlight=False)
-        why = compare.overall_reason(frame)
-        # the keys some compared run sets: a dimension no workload here takes is not news, nor
-        # is the layout of one-device runs
-        one_device = "devices" in frame.columns and (frame["devices"] == 1).all()
-        shown = [
-            key
-            for key in keys
-            if (key not in frame.columns or frame[key].notna().any()) and not (one_device and key in LAYOUT_KEYS)
-        ]
-        console.print(
-            f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(shown)}; "
-            + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
-            + (f"; markdown: {markdown}" if markdown else "")
-        )
-    if fail_on_regression and counts["regressed"]:
+        if runs_skipped is None:
+            _print_runs(frame, keys, counts, cross, ceilings_read, show_all, markdown)
+        else:
+            console.print(runs_skipped, highlight=False)
+        if serving is not None:
+            table, hidden = serving_table(serving, show_all)
+            console.print(table)
+            if hidden:
+                console.print(f"({hidden} unchanged serving row(s) not shown; --all shows them)")
+            console.print(serving_line(serving), highlight=False)
+    regressed = counts["regressed"] or (serving is not None and (serving["verdict"] == "regressed").any())
+    if fail_on_regression and regressed:
         raise typer.Exit(1)
+
+
+def _print_runs(
+    frame: pd.DataFrame,
+    keys: list[str],
+    counts: dict[str, int],
+    cross: pd.DataFrame,
+    ceilings_read: list[str],
+    show_all: bool,
+    markdown: Path | None,
+) -> None:
+    """The runs' part of ``compare``'s terminal output: the table, the cross-backend table, the verdict line."""
+    table, hidden = comparison_table(frame, show_all)
+    console.print(table)
+    if hidden:
+        console.print(f"({hidden} unchanged row(s) of other metrics not shown; --all shows them)")
+    if not cross.empty:
+        console.print(cross_table(cross))
+        for choice in ceilings_read:  # which measured ceiling "MFU att." divides by, and why that sweep
+            console.print(f"MFU att. against {choice}", highlight=False)
+    why = compare.overall_reason(frame)
+    # the keys some compared run sets: a dimension no workload here takes is not news, nor
+    # is the layout of one-device runs
+    one_device = "devices" in frame.columns and (frame["devices"] == 1).all()
+    shown = [
+        key
+        for key in keys
+        if (key not in frame.columns or frame[key].notna().any()) and not (one_device and key in LAYOUT_KEYS)
+    ]
+    console.print(
+        f"{compare.overall_verdict(frame)}{f' ({why})' if why else ''}; paired on {', '.join(shown)}; "
+        + ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
+        + (f"; markdown: {markdown}" if markdown else "")
+    )
 
 
 @app.command("regressions")
