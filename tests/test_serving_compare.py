@@ -34,21 +34,23 @@ def write_sweep(
     night: int = 0,
     engine_version: str = "0.11.0",
     failed: int = 0,
+    requests_per_point: int = REQUESTS,
 ) -> str:
     """One sweep (an invocation) of :data:`LOADS` points into ``results``, through the store's
     writer: each request's TPOT and TTFT drawn log-normal (10% spread) about the given
     medians, its E2EL and the point's throughputs consistent with them as the client computes
     them. Returns the invocation id."""
     rng = np.random.default_rng(seed)
+    count = requests_per_point
     invocation = f"night{night}-{uuid.uuid4().hex[:6]}"
     started = datetime(2026, 12, 1, 3, tzinfo=UTC) + timedelta(days=night)
     writer = store.InvocationWriter(results, invocation, started, tables=("serving", "serving_requests"))
     for index, (rate, concurrency) in enumerate(LOADS):
         run_id = uuid.uuid4().hex[:16]
-        tpot = tpot_ms * rng.lognormal(0, 0.1, REQUESTS)
-        ttft = ttft_ms * rng.lognormal(0, 0.1, REQUESTS)
+        tpot = tpot_ms * rng.lognormal(0, 0.1, count)
+        ttft = ttft_ms * rng.lognormal(0, 0.1, count)
         e2el = ttft + tpot * (OUTPUT_LEN - 1)
-        send = np.arange(REQUESTS) / rate if math.isfinite(rate) else _slots(e2el / 1000, concurrency)
+        send = np.arange(count) / rate if math.isfinite(rate) else _slots(e2el / 1000, concurrency)
         duration = float(np.max(send + e2el / 1000))
         requests = [
             {
@@ -64,10 +66,10 @@ def write_sweep(
                 "itl_ms": [float(tpot[i])] * (OUTPUT_LEN - 1),
                 "error": None,
             }
-            for i in range(REQUESTS)
+            for i in range(count)
         ]
         requests += [
-            {"run_id": run_id, "invocation_id": invocation, "request": REQUESTS + i, "error": "HTTP 500"}
+            {"run_id": run_id, "invocation_id": invocation, "request": count + i, "error": "HTTP 500"}
             for i in range(failed)
         ]
         point = {
@@ -85,19 +87,19 @@ def write_sweep(
             "dataset": "random",
             "input_len": 64,
             "output_len": OUTPUT_LEN,
-            "num_prompts": REQUESTS,
+            "num_prompts": count,
             "request_rate": rate,
             "burstiness": 1.0,
             "max_concurrency": concurrency,
             "ignore_eos": True,
-            "completed": REQUESTS,
+            "completed": count,
             "failed": failed,
             "duration_s": duration,
-            "total_output_tokens": REQUESTS * OUTPUT_LEN,
+            "total_output_tokens": count * OUTPUT_LEN,
             "tpot_p50_ms": float(np.median(tpot)),
             "ttft_p50_ms": float(np.median(ttft)),
-            "request_throughput": REQUESTS / duration,
-            "output_throughput": REQUESTS * OUTPUT_LEN / duration,
+            "request_throughput": count / duration,
+            "output_throughput": count * OUTPUT_LEN / duration,
             "tags": json.dumps({"night": str(night)}),
         }
         writer.add_rows({"serving": [point], "serving_requests": requests})
@@ -285,3 +287,33 @@ def test_ci_refuses_serving_input_it_cannot_use(tmp_path, extra, message):
     done = in_process("ci", *(arg.format(tmp=tmp_path) for arg in extra), "--out", out)
     assert done.returncode == 2 and message.format(tmp=tmp_path) in done.stderr, done.stderr
     assert not out.exists()
+
+
+def test_regressions_follows_each_serving_configurations_history(tmp_path):
+    """Eight nightly sweeps whose TPOT steps up 20% from the fifth, with a new engine version:
+    `regressions --serving` names that sweep and version, once per load; runs' regressions
+    say the store holds serving series."""
+    history = tmp_path / "history"
+    invocations = [
+        write_sweep(
+            history,
+            seed=night,
+            night=night,
+            tpot_ms=10.0 if night < 4 else 12.0,
+            engine_version="0.11.0" if night < 4 else "0.12.0",
+            requests_per_point=40,
+        )
+        for night in range(8)
+    ]
+    done = in_process("regressions --serving --json --fail-on-regression --results", history)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = json.loads(done.stdout)
+    assert len(found) == len(LOADS) and {row["invocation_id"] for row in found} == {invocations[4]}
+    assert {(row["direction"], row["engine_version"], row["metric"]) for row in found} == {
+        ("regression", "0.12.0", "tpot_p50_ms")
+    }
+    assert all(15 < row["change_pct"] < 25 for row in found)
+    throughput = in_process("regressions --serving --metric output_throughput --results", history)
+    assert throughput.returncode == 0 and "change point(s) in 2 serving series" in throughput.stdout
+    bad = in_process("regressions --serving --metric median_step_s --results", history)
+    assert bad.returncode == 2 and "is not a serving figure; valid: tpot_p50_ms" in bad.stderr

@@ -36,7 +36,7 @@ import pandas as pd
 import ruptures
 from scipy import stats
 
-from tpubench.analysis.identity import CONFIG_KEYS, configurations
+from tpubench.analysis.identity import CONFIG_KEYS, SERVING_KEYS, configurations
 
 #: what makes a series: one configuration (:mod:`tpubench.analysis.identity`) measured over
 #: time; a user's model changed under one reference (a new ``model_hash``) or another layout
@@ -51,8 +51,8 @@ LOWER_IS_BETTER = (
     *("energy_j", "joules_per_token", "joules_per_sample", "avg_power_w"),
 )
 
-COLUMNS = [
-    *SERIES_KEYS,
+#: what a change point says beyond its series' keys
+CHANGE_COLUMNS = [
     "metric",
     "started_at",
     "invocation_id",
@@ -65,6 +65,16 @@ COLUMNS = [
     "points_after",
     "direction",
 ]
+COLUMNS = [*SERIES_KEYS, *CHANGE_COLUMNS]
+#: the serving points' columns a history can follow (``tpubench regressions --serving``)
+SERVING_METRICS = (
+    *(f"{latency}_{stat}_ms" for latency in ("tpot", "ttft", "itl", "e2el") for stat in ("p50", "p90", "p99", "mean")),
+    "output_throughput",
+    "request_throughput",
+    "total_token_throughput",
+    "request_goodput",
+    "cold_start_s",
+)
 
 
 @dataclass(frozen=True)
@@ -170,11 +180,48 @@ def change_points(
     points on each side and ``direction`` ("regression" or "improvement", by the metric's
     better direction). Columns: :data:`COLUMNS`.
     """
+    return series_changes(series_points(runs, metric), list(SERIES_KEYS), metric, settings)
+
+
+def serving_series_points(points: pd.DataFrame, metric: str = "tpot_p50_ms") -> pd.DataFrame:
+    """One point per (serving configuration, sweep): the median of the sweep's ok points of
+    that configuration (:data:`identity.SERVING_KEYS`), in time order, with the engine
+    version it ran (not a key: a new release shifting the series is what to find)."""
+    ok = points[(points["status"] == "ok") & points[metric].notna()]
+    grouped = ok.groupby([*SERVING_KEYS, "invocation_id"], dropna=False, sort=False)
+    found = grouped.agg(
+        started_at=("started_at", "min"),
+        git_sha=("git_sha", "first"),
+        engine_version=("engine_version", "first"),
+        value=(metric, "median"),
+    )
+    return found.reset_index().sort_values([*SERVING_KEYS, "started_at"], na_position="first").reset_index(drop=True)
+
+
+def serving_change_points(
+    points: pd.DataFrame, metric: str = "tpot_p50_ms", settings: ChangePointSettings | None = None
+) -> pd.DataFrame:
+    """:func:`change_points` over serving points (a ``serving``-table frame): one series per
+    serving configuration, each change naming the sweep, git sha and engine version after it.
+    Columns: :data:`identity.SERVING_KEYS`, ``engine_version``, :data:`CHANGE_COLUMNS`."""
+    found = serving_series_points(points, metric)
+    return series_changes(found, list(SERVING_KEYS), metric, settings, ("engine_version",))
+
+
+def series_changes(
+    points: pd.DataFrame,
+    keys: list[str],
+    metric: str,
+    settings: ChangePointSettings | None = None,
+    named: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """The tested change points of each series of ``points`` (one value per invocation, in
+    time order: :func:`series_points`), the series being ``keys``; ``named`` columns of the
+    first point after a change are kept beside ``git_sha``."""
     settings = settings or ChangePointSettings()
-    points = series_points(runs, metric)
     rows = []
     worse_up = metric in LOWER_IS_BETTER or metric.endswith(("_ms", "_s", "_bytes"))
-    for key, series in points.groupby(list(SERIES_KEYS), dropna=False, sort=False):
+    for key, series in points.groupby(keys, dropna=False, sort=False):
         values = series["value"].to_numpy(dtype=float)
         starts = detect(values, settings)
         bounds = [0, *starts, values.size]
@@ -184,7 +231,8 @@ def change_points(
             change = relative_change(before, after)
             rows.append(
                 {
-                    **dict(zip(SERIES_KEYS, key, strict=True)),
+                    **dict(zip(keys, key, strict=True)),
+                    **{column: point[column] for column in named},
                     "metric": metric,
                     "started_at": point["started_at"],
                     "invocation_id": point["invocation_id"],
@@ -198,4 +246,4 @@ def change_points(
                     "direction": "regression" if (change > 0) == worse_up else "improvement",
                 }
             )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=[*keys, *named, *CHANGE_COLUMNS])

@@ -22,7 +22,7 @@ from tpubench import store
 from tpubench.analysis import compare, serving_compare
 from tpubench.analysis.ceilings import attach_attained, attained_text
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
-from tpubench.analysis.identity import CONFIG_KEYS, config_labels, configurations
+from tpubench.analysis.identity import CONFIG_KEYS, SERVING_KEYS, config_labels, configurations
 from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
@@ -458,11 +458,22 @@ def regressions_command(
     min_points: Annotated[int, typer.Option(min=2, help="Invocations a shift must last on each side.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="The change points as JSON.")] = False,
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when a change point is a regression.")] = False,
+    serving: Annotated[
+        bool,
+        typer.Option(
+            "--serving",
+            help="Follow the serving points instead of runs: one series per serving configuration, "
+            "--metric a serving column (default tpot_p50_ms).",
+        ),
+    ] = False,
 ) -> None:
     """Change points in each series' history, and the invocation and git sha that introduced each."""
     from tpubench.analysis import changepoints  # ruptures and scipy: only the command that needs them
     from tpubench.schema import RUNS
 
+    if serving:
+        _serving_regressions(results, since, select_runs_, metric, min_points, as_json, fail_on_regression)
+        return
     numeric = [f.name for f in RUNS if f.type in ("double", "int64") and f.name not in compare.PAIR_KEYS]
     if metric not in numeric:
         raise BadInput(f"--metric {metric!r} is not a numeric runs column; valid: {', '.join(numeric)}")
@@ -515,6 +526,73 @@ def regressions_command(
             f"{len(found)} change point(s) in {series} series "
             f"(a shift must last {min_points} invocations on each side, p < {settings.alpha} in Welch's t-test "
             "on the log values, "
+            f">= {100 * settings.min_change:g}%)"
+        )
+        serving_series = _serving_series(results)
+        if serving_series:
+            console.print(f"the store also holds {serving_series} serving series: --serving follows them")
+    if fail_on_regression and (found["direction"] == "regression").any():
+        raise typer.Exit(1)
+
+
+def _serving_series(results: str) -> int:
+    """How many serving configurations the store at ``results`` holds."""
+    points = store.load_table(results, "serving")
+    return 0 if points.empty else points.groupby(list(SERVING_KEYS), dropna=False).ngroups
+
+
+def _serving_regressions(
+    results: str,
+    since: str | None,
+    selector: str | None,
+    metric: str,
+    min_points: int,
+    as_json: bool,
+    fail_on_regression: bool,
+) -> None:
+    """``tpubench regressions --serving``: change points in each serving configuration's history."""
+    from tpubench.analysis import changepoints
+
+    metric = "tpot_p50_ms" if metric == "median_step_ms" else metric
+    if metric not in changepoints.SERVING_METRICS:
+        raise BadInput(f"--metric {metric!r} is not a serving figure; valid: {', '.join(changepoints.SERVING_METRICS)}")
+    try:
+        points = store.load_table(results, "serving")
+    except StoreError as error:
+        raise BadInput(str(error)) from error
+    terms = ",".join(filter(None, [selector, f"since={since}" if since else None]))
+    if terms and not points.empty:
+        try:
+            points = select_runs(points, terms, SERVING.names)
+        except SelectorError as error:
+            raise BadInput(f"{terms!r} in {results}: {error}") from error
+    settings = changepoints.ChangePointSettings(min_points=min_points)
+    found = changepoints.serving_change_points(points, metric, settings)
+    if as_json:
+        print(json.dumps(_records(found), indent=1))
+    else:
+        if not found.empty:
+            table = Table(title=f"change points in serving {metric}")
+            for header in ("point", "from", "invocation", "git sha", "before", "after", "change", "p", ""):
+                table.add_column(header)
+            labels = serving_compare.serving_labels(found)
+            for label, row in zip(labels, found.to_dict("records"), strict=True):
+                table.add_row(
+                    label,
+                    f"{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}",
+                    row["invocation_id"],
+                    "-" if is_missing(row["git_sha"]) else str(row["git_sha"]),
+                    _number(row["before"]),
+                    _number(row["after"]),
+                    f"{row['change_pct']:+.1f}%",
+                    f"{row['p_value']:.2g}",
+                    Text(row["direction"], style="bold red" if row["direction"] == "regression" else "green"),
+                )
+            console.print(table)
+        series = 0 if points.empty else points.groupby(list(SERVING_KEYS), dropna=False).ngroups
+        console.print(
+            f"{len(found)} change point(s) in {series} serving series (one point per sweep; a shift must last "
+            f"{min_points} sweeps on each side, p < {settings.alpha} in Welch's t-test on the log values, "
             f">= {100 * settings.min_change:g}%)"
         )
     if fail_on_regression and (found["direction"] == "regression").any():
