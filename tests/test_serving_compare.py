@@ -317,3 +317,27 @@ def test_regressions_follows_each_serving_configurations_history(tmp_path):
     assert throughput.returncode == 0 and "change point(s) in 2 serving series" in throughput.stdout
     bad = in_process("regressions --serving --metric median_step_s --results", history)
     assert bad.returncode == 2 and "is not a serving figure; valid: tpot_p50_ms" in bad.stderr
+
+
+def test_points_without_requests_compare_by_their_own_figures(tmp_path):
+    """Points imported without per-request rows: one figure a point allows no interval, so one
+    point a side is inconclusive and says why; five a side 20% slower regress. With their
+    requests, five points a side are tested over points, as runs are."""
+    for side, tpot in (("base", 10.0), ("test", 12.0)):
+        for night in range(5):
+            write_sweep(tmp_path / side, tpot_ms=tpot, seed=night, night=night, requests_per_point=40)
+    base, test = (store.load_table(tmp_path / side, "serving") for side in ("base", "test"))
+    none = store.TABLES["serving_requests"].empty_table().to_pandas()
+    one = serving_compare.compare_points(base.iloc[:2], test.iloc[:2], none)
+    tpot = one[one["metric"] == "tpot"].iloc[0]
+    assert tpot["verdict"] == "inconclusive" and "no per-request samples on a side" in tpot["reason"]
+    assert tpot["tested_over"] == "points (stored figures)" and pd.isna(tpot["ci_low"])
+    five = serving_compare.compare_points(base, test, none)
+    assert set(five.loc[five["metric"] == "tpot", "verdict"]) == {"regressed"}
+    assert set(five["base_points"]) == {5}
+    # with their requests, five points a side are the unit, as five runs a side are
+    requests = pd.concat([store.load_table(tmp_path / side, "serving_requests") for side in ("base", "test")])
+    by_points = serving_compare.compare_points(base, test, requests)
+    tpot = by_points[by_points["metric"] == "tpot"]
+    assert set(tpot["verdict"]) == {"regressed"} and set(tpot["tested_over"]) == {"points"}
+    assert (tpot["ci_low"] > 1.1).all() and (tpot["test_requests"] == 200).all()

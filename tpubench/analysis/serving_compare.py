@@ -43,7 +43,9 @@ spent waiting behind other requests' prefills (vLLM-TorchTPU's CI leaves it out 
 reason): a change there reads ``worse``/``better``, and the reason says why it did not gate.
 
 A failed point, or failed requests where the baseline had none, regresses whatever the
-latencies say.
+latencies say. Points without per-request rows on a side (a result file imported without
+them) are compared by their own stored figures, one value a point, with no interval: as a
+timing measured once per run, a verdict then needs :attr:`Settings.min_runs` points a side.
 """
 
 from __future__ import annotations
@@ -92,12 +94,13 @@ class ServingMetric:
     unit: str
     better: str  # "lower" or "higher"
     column: str  # the serving_requests column (latencies) or serving column (throughput)
+    stored: str  # the serving column of the point's own figure, for points without requests
 
 
 SERVING_METRICS = (
-    ServingMetric("tpot", "median TPOT", "ms", "lower", "tpot_ms"),
-    ServingMetric("ttft", "median TTFT", "ms", "lower", "ttft_ms"),
-    ServingMetric("throughput", "output throughput", "tokens/s", "higher", "output_throughput"),
+    ServingMetric("tpot", "median TPOT", "ms", "lower", "tpot_ms", "tpot_p50_ms"),
+    ServingMetric("ttft", "median TTFT", "ms", "lower", "ttft_ms", "ttft_p50_ms"),
+    ServingMetric("throughput", "output throughput", "tokens/s", "higher", "output_throughput", "output_throughput"),
 )
 
 COLUMNS = [
@@ -383,7 +386,7 @@ def metric_verdict(
     if metric.name == "throughput":
         found = [_throughput_replicates(side, samples, settings.resamples, rng) for side in (base, test)]
         if found[0] is None or found[1] is None:
-            return None
+            return _stored_verdict(base, test, metric, settings)
         (base_values, base_reps, n_base), (test_values, test_reps, n_test) = found  # type: ignore[misc]
         base_value, test_value = float(np.median(base_values)), float(np.median(test_values))
         replicates = _over_points(test_reps, rng) / _over_points(base_reps, rng)
@@ -392,7 +395,7 @@ def metric_verdict(
     else:
         base_runs, test_runs = (_point_samples(side, samples, metric.column) for side in (base, test))
         if not base_runs or not test_runs:
-            return None
+            return _stored_verdict(base, test, metric, settings)
         n_base, n_test = sum(r.size for r in base_runs), sum(r.size for r in test_runs)
         per_point = (np.array([np.median(r) for r in base_runs]), np.array([np.median(r) for r in test_runs]))
         base_value, test_value = float(np.median(per_point[0])), float(np.median(per_point[1]))
@@ -431,6 +434,52 @@ def metric_verdict(
         "tested_over": tested,
         **_decide(ratio, ci_low, ci_high, p_value, by_points, per_point, metric, settings),
     }
+
+
+def _stored_verdict(
+    base: pd.DataFrame, test: pd.DataFrame, metric: ServingMetric, settings: Settings
+) -> dict[str, Any] | None:
+    """A metric of points without per-request rows on a side (an import of a result file that
+    kept none): the points' own figures, one value a point, which allow no interval. As for a
+    timing measured once per run, a verdict needs :attr:`Settings.min_runs` points a side and
+    a Mann-Whitney p below alpha; None where a side lacks the figure too."""
+    values = [side[metric.stored].to_numpy(dtype=float, na_value=np.nan) for side in (base, test)]
+    base_values, test_values = (v[~np.isnan(v)] for v in values)
+    if not base_values.size or not test_values.size:
+        return None
+    base_value, test_value = float(np.median(base_values)), float(np.median(test_values))
+    ratio = test_value / base_value if base_value > 0 else None
+    found: dict[str, Any] = {
+        "base_value": base_value,
+        "test_value": test_value,
+        "ratio": ratio,
+        "base_requests": 0,
+        "test_requests": 0,
+        "tested_over": "points (stored figures)",
+    }
+    threshold = _threshold(metric, settings)
+    change = f"{metric.label} {base_value:.3g} -> {test_value:.3g} {metric.unit}" + (
+        f" ({_percent(ratio)})" if ratio else ""
+    )
+    why = "no per-request samples on a side (a result file imported without them): the points' own figures"
+    counts = f"{base_values.size} vs {test_values.size} point(s)"
+    if ratio is None or min(base_values.size, test_values.size) < settings.min_runs:
+        return {
+            **found,
+            "verdict": "inconclusive",
+            "reason": f"{change}; {why}, and {counts} of one figure each cannot tell a change from noise: "
+            f"a verdict needs {settings.min_runs} points a side",
+        }
+    p_value = float(mann_whitney_p(test_values, base_values))
+    worse = ratio > 1 if metric.better == "lower" else ratio < 1
+    beyond = ratio >= 1 + threshold or ratio <= 1 / (1 + threshold)
+    if beyond and p_value < settings.alpha:
+        verdict = "regressed" if worse else "improved"
+    else:
+        verdict = "inconclusive" if beyond else "unchanged"
+    where = "beyond" if beyond else "within"
+    reason = f"{change}, {where} the {100 * threshold:g}% threshold, Mann-Whitney p {p_value:.2g} over {counts}; {why}"
+    return {**found, "p_value": p_value, "verdict": verdict, "reason": reason}
 
 
 def _percent(ratio: float) -> str:
