@@ -28,7 +28,7 @@ from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store
 from tpubench.analysis import ceilings as ceilings_analysis
-from tpubench.analysis import changepoints, compare, identity, scaling
+from tpubench.analysis import changepoints, compare, identity, scaling, serving_compare
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
 from tpubench.results_dir import is_remote
@@ -528,6 +528,46 @@ def change_points(results: str, invocations: tuple[str, ...], metric: str) -> pd
     (a backend, a workload) only hide series, so their change points come from the cache."""
     found = changepoints.change_points(trend_runs(results, invocations, metric).frame, metric)
     found["series"] = series_label(found) if not found.empty else pd.Series(dtype="string")
+    return found
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def serving_points(results: str) -> Loaded:
+    """Every row of the serving table (``tpubench serving``, ``tpubench import``): a row per
+    load point, read whole, as the ceilings; empty for a store without one."""
+    try:
+        return _scan(results, "serving")
+    except store.StoreError:
+        return Loaded(store.TABLES["serving"].empty_table().to_pandas())
+
+
+#: the serving figures Trends follows (``tpubench regressions --serving --metric``)
+SERVING_TREND_METRICS = {
+    "tpot_p50_ms": "TPOT p50 (ms)",
+    "ttft_p50_ms": "TTFT p50 (ms)",
+    "output_throughput": "output tokens/s",
+    "request_goodput": "goodput (requests/s)",
+    "cold_start_s": "cold start (s)",
+}
+
+
+def serving_trend_points(results: str) -> pd.DataFrame:
+    """The store's serving points with a ``series`` label (one per serving configuration,
+    :func:`serving_compare.series_labels`) and a ``backend`` column (the engine) that the
+    trend chart colours by."""
+    frame = serving_points(results).frame.copy()
+    frame["series"] = serving_compare.series_labels(frame)
+    frame["backend"] = frame["engine"].fillna("unknown engine")
+    return frame
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Looking for change points ...")
+def serving_change_points(results: str, invocations: tuple[str, ...], metric: str) -> pd.DataFrame:
+    """:func:`changepoints.serving_change_points` of the serving points of ``invocations``,
+    with a ``series`` label as :func:`serving_trend_points` gives."""
+    points = serving_points(results).frame
+    found = changepoints.serving_change_points(points[points["invocation_id"].isin(invocations)], metric)
+    found["series"] = serving_compare.series_labels(found) if not found.empty else pd.Series(dtype="string")
     return found
 
 

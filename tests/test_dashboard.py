@@ -271,6 +271,26 @@ def test_trends_draws_each_series_with_its_runs(serve, results: Path) -> None:
     assert charts(app) == 1 and not app.exception
 
 
+def test_trends_follows_serving_series_with_their_change_points(serve, tmp_path: Path) -> None:
+    """Trends on a store of serving sweeps alone: one series per configuration and load (the
+    engine version not part of it), the change points of `tpubench regressions --serving`."""
+    from test_serving_compare import write_sweep
+
+    for night in range(8):
+        write_sweep(tmp_path, seed=night, night=night, tpot_ms=10.0 if night < 4 else 12.0,
+                    engine_version="0.11.0" if night < 4 else "0.12.0", requests_per_point=10)  # fmt: skip
+    app = serve(tmp_path, "Trends", kind="serving", serving_window="all")
+    assert app.multiselect(key="serving_series").options == [
+        "tiny-llama random 64/32, vllm on NVIDIA H100, rate 4/s",
+        "tiny-llama random 64/32, vllm on NVIDIA H100, rate inf, concurrency 8",
+    ]
+    assert charts(app) == 1
+    changes = frames(app)[0]
+    assert list(changes["direction"]) == ["regression"] * 2 and set(changes["engine version"]) == {"0.12.0"}
+    app.radio(key="kind").set_value("runs").run()  # a store without runs says so
+    assert not app.exception and "the store holds none" in texts(app)
+
+
 def test_serving_shows_the_decode_sweep(serve, results: Path) -> None:
     app = serve(results, "Serving")
     assert app.selectbox(key="model").value == "gpt2/tiny"

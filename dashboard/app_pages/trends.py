@@ -1,5 +1,7 @@
 """Trends: each series' metric over time (step time with its p10-p90 band), with the change
-points ``tpubench regressions`` finds marked; a point leads to its run."""
+points ``tpubench regressions`` finds marked; a point leads to its run. A store with serving
+points offers their history too, one series per serving configuration, as ``tpubench
+regressions --serving`` follows it."""
 
 from __future__ import annotations
 
@@ -23,11 +25,104 @@ def window_runs(runs: pd.DataFrame, window: str) -> pd.DataFrame:
     return runs[runs["started_at"] >= runs["started_at"].max() - pd.Timedelta(days=days)]
 
 
+#: what Trends can follow in a store that holds serving points
+KINDS = {"runs": "runs", "serving": "serving points"}
+
+
 def main() -> None:
-    view = ui.page_view()
-    if view is None:
+    serving = data.serving_trend_points(data.results_location())
+    if serving.empty:  # the page as it was before serving points
+        view = ui.page_view()
+        if view is None:
+            return
+        st.title("Trends")
+        runs_trends(view)
+        return
+    store_view = ui.store_view()  # a store of serving points alone has no runs
+    if store_view is None:
         return
     st.title("Trends")
+    kind = st.radio(
+        "Series of",
+        list(KINDS),
+        format_func=KINDS.__getitem__,
+        horizontal=True,
+        key=state.bind("kind", "runs", choices=list(KINDS)),
+    )
+    if kind == "serving":
+        serving_trends(store_view.results, serving)
+    elif store_view.runs.empty:
+        st.info("No runs match the filters in the sidebar (or the store holds none): see its serving points.")
+    else:
+        runs_trends(store_view)
+
+
+def serving_trends(results: str, points: pd.DataFrame) -> None:
+    """The serving points' history: one series per serving configuration, one point per sweep's
+    point, the change points ``tpubench regressions --serving`` finds."""
+    left, right = st.columns([2, 1])
+    metrics = data.SERVING_TREND_METRICS
+    metric = left.selectbox(
+        "Figure",
+        list(metrics),
+        format_func=metrics.__getitem__,
+        key=state.bind("serving_metric", "tpot_p50_ms", choices=list(metrics)),
+    )
+    window = right.radio(
+        "Window, back from the newest sweep",
+        list(WINDOWS),
+        format_func=WINDOW_LABELS.__getitem__,
+        horizontal=True,
+        key=state.bind("serving_window", "30", choices=list(WINDOWS)),
+    )
+    chosen = window_runs(points, window)
+    chosen = chosen[(chosen["status"] == "ok") & chosen[metric].notna()]
+    if chosen.empty:
+        st.info(f"No ok serving point in the window has a value for {metrics[metric]}.")
+        return
+    lengths = chosen.groupby("series")["invocation_id"].nunique()
+    all_series = sorted(lengths.index, key=lambda name: (-lengths[name], name))
+    changes = data.serving_change_points(results, tuple(sorted(chosen["invocation_id"].unique())), metric)
+    flagged = list(dict.fromkeys(changes.sort_values("started_at", ascending=False)["series"]))
+    default = (flagged + [s for s in all_series if s not in flagged])[:DEFAULT_PANELS]
+    shown = st.multiselect(
+        f"Serving series ({len(all_series)} in the window; those with change points, then the longest, first)",
+        all_series,
+        key=state.bind("serving_series", default, "list", all_series),
+        max_selections=MAX_PANELS,
+    )
+    regressions = int((changes["direction"] == "regression").sum()) if not changes.empty else 0
+    st.caption(
+        f"{len(changes)} change point(s), {regressions} of them regressions, in {len(all_series)} serving series. "
+        "One point per sweep; a change point must last 3 sweeps on each side and pass a Welch's t-test on the "
+        "log values (p < 0.01, ≥ 5%). The engine version is not part of a series: a release's change shows in it."
+    )
+    if shown:
+        st.plotly_chart(charts.trend_chart(chosen, shown, changes, metric, metrics[metric]), key="serving_trend")
+    st.subheader("Change points")
+    if changes.empty:
+        st.success("No change point in the serving series of the window.")
+        return
+    ui.table(
+        pd.DataFrame(
+            {
+                "series": changes["series"],
+                "from": pd.to_datetime(changes["started_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M"),
+                "direction": changes["direction"],
+                "change %": changes["change_pct"].round(1),
+                "before": changes["before"].round(3),
+                "after": changes["after"].round(3),
+                "p": changes["p_value"],
+                "engine version": changes["engine_version"],
+                "git sha": changes["git_sha"],
+                "invocation": changes["invocation_id"],
+            }
+        ).sort_values("from", ascending=False)
+    )
+
+
+def runs_trends(view: ui.View) -> None:
+    """The runs' history (the page as it was before serving points)."""
     left, right = st.columns([2, 1])
     metric = left.selectbox(
         "Metric",

@@ -586,6 +586,12 @@ def serving_labels(frame: pd.DataFrame) -> pd.Series:
     return pd.Series(labels, index=frame.index, dtype=object)
 
 
+def series_labels(points: pd.DataFrame) -> pd.Series:
+    """Each point's series in a history (:data:`identity.SERVING_KEYS`, the engine version
+    left out: a new release is a point of the same series, where its change shows)."""
+    return serving_labels(points.assign(engine_version=None))
+
+
 def _pair_line(row: dict[str, Any]) -> str:
     """A comparison row's chart line: its side's, or ``baseline's → candidate's`` where they differ."""
     base = _side_line(row, "base") if row["base_engine"] is not None else None
