@@ -253,18 +253,26 @@ def test_compare_prints_a_serving_section_with_the_points_named(stores, tmp_path
 
 
 def test_ci_gates_on_serving_points(stores, tmp_path):
-    """A serving-only night: tonight's sweep (--serving) against the last green night's
-    results; exit 1 with the point named on a slower TPOT, 0 on the same distributions, and
-    tonight's points kept in --out/results for the next night's baseline."""
+    """Serving-only nights: a first night without a baseline keeps its sweep in results/ and
+    the history; a night whose TPOT is 20% slower exits 1 with the point named, and so does
+    its creep check against the history; a night of the same distributions exits 0."""
+    history = tmp_path / "history"
+    first = in_process("ci --serving-only --serving", stores["base"], "--history", history, "--out", tmp_path / "n0")
+    assert first.returncode == 0 and "no baseline points, nothing compared" in first.stdout, first.stdout
+    assert len(store.load_table(tmp_path / "n0" / "results", "serving")) == len(LOADS)
+
     slower = in_process(
-        "ci --serving-only --serving", stores["slower"], "--baseline", stores["base"], "--out", tmp_path / "slower"
-    )
+        "ci --serving-only --serving", stores["slower"], "--baseline", tmp_path / "n0" / "results",
+        "--history", history, "--out", tmp_path / "slower",
+    )  # fmt: skip
     assert slower.returncode == 1, slower.stdout + slower.stderr
     text = " ".join(slower.stdout.split())
     assert "SERVING REGRESSED" in text and "rate 4/s: median TPOT +" in text
     assert "vllm 0.11.0 on NVIDIA H100 → vllm 0.12.0 on NVIDIA H100" in text
-    assert "## Serving points\n\n**Regressed**" in (tmp_path / "slower" / "summary.md").read_text()
-    assert len(store.load_table(tmp_path / "slower" / "results", "serving")) == len(LOADS)
+    assert "serving creep: REGRESSED against 2026-12-01" in text
+    summary = (tmp_path / "slower" / "summary.md").read_text()
+    assert "## Serving points\n\n**Regressed**" in summary and "## Slow creep of serving points" in summary
+    assert len(store.load_table(history, "serving")) == 2 * len(LOADS)
 
     same = in_process(
         "ci --serving-only --serving", stores["same"], "--baseline", stores["base"], "--out", tmp_path / "same"

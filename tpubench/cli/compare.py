@@ -335,27 +335,35 @@ def compare_command(
     markdown: Annotated[Path | None, typer.Option(help="Also write the comparison as Markdown to this file.")] = None,
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when anything regressed.")] = False,
 ) -> None:
-    """Compare candidate runs with baseline runs: ratio, CI, significance and a verdict per metric."""
+    """Compare candidate runs with baseline runs: ratio, CI, significance and a verdict per metric.
+    Serving points the selectors pick are compared too, in a section of their own."""
     settings = settings_from(threshold, statistic)
     price_table = prices_from(prices)
     markdown = _output_file("--markdown", markdown)
     base_store = baseline_results or results
     serving_sides = select_serving(base_store, baseline), select_serving(results, candidate)
-    serving = None
-    if serving_sides[0] is not None and serving_sides[1] is not None:
-        serving = serving_comparison(*serving_sides, settings)
+    paired = serving_sides[0] is not None and serving_sides[1] is not None
     try:
         all_candidate_runs = load_all_runs(results)
         chosen_candidate = select(results, candidate, all_candidate_runs)
         chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
     except BadInput as error:
-        if serving is None:
+        if not paired:
             raise
         runs_skipped = f"runs: none compared ({error})"  # serving points only: the selectors pick no runs
         frame, keys = pd.DataFrame(columns=compare.COLUMNS), []
     else:
         runs_skipped = None
         frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
+    serving = None
+    if paired:
+        try:
+            serving = serving_comparison(*serving_sides, settings)  # type: ignore[arg-type]
+        except BadInput as error:
+            if runs_skipped is not None:
+                raise
+            if not as_json:  # runs were what the selectors meant: points both sides pick compare with nothing
+                console.print(f"serving points: none compared ({error})", highlight=False)
     cross = pd.DataFrame(columns=compare.CROSS_COLUMNS)
     ceilings_read: list[str] = []
     if runs_skipped is None and not set(compare.SIDE_KEYS) <= set(keys):
