@@ -123,7 +123,11 @@ def serving_line(comparison: pd.DataFrame) -> str:
     """A serving comparison in one line: its verdict, why where undecided, and the tally."""
     verdict = serving_compare.overall_verdict(comparison)
     undecided = len(serving_compare.undecided(comparison))
-    why = f" ({undecided} gating row(s) decided nothing; more points or requests would tell)" if undecided else ""
+    why = (
+        f" ({undecided} gating row(s) decided nothing; more points or requests would tell)"
+        if verdict == "inconclusive"
+        else ""
+    )
     counts = serving_compare.verdict_counts(comparison)
     return f"serving points: {verdict}{why}; " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
 
