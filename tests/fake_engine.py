@@ -4,9 +4,11 @@ The mode (where an engine's model goes) says how it behaves:
 ``die``: prints a loading error and exits 3 before it is ready;
 ``never``: writes ``$FAKE_ENGINE_STARTED`` and never answers;
 ``ready``: answers ``/health`` with 200 and ``/version`` with ``{"version": "9.9"}``;
-``stubborn``: as ``ready``, but it ignores SIGTERM, and so do a child of its own and a
-grandchild that left the process group for a session of its own; their pids are written to
-``$FAKE_ENGINE_FAMILY``.
+``stubborn``: as ``ready``, but it ignores SIGTERM, and so do two children of its own, one of
+which left the process group for a session of its own; their pids are written to
+``$FAKE_ENGINE_FAMILY``;
+``openai``: tpubench's test server (tpubench/serving/testserver.py), which streams completions,
+exiting mid-stream after ``$FAKE_ENGINE_DIE_AFTER`` requests where that is set.
 """
 
 from __future__ import annotations
@@ -45,10 +47,17 @@ def _ignoring_term(session: bool) -> subprocess.Popen:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["die", "never", "ready", "stubborn"])
+    parser.add_argument("mode", choices=["die", "never", "ready", "stubborn", "openai"])
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     args, _ = parser.parse_known_args()
+    if args.mode == "openai":
+        from tpubench.serving import testserver
+
+        die_after = os.environ.get("FAKE_ENGINE_DIE_AFTER")
+        dying = ["--die-after", die_after] if die_after else []
+        testserver.main(["--port", str(args.port), "--usage", "last", *dying])
+        return
     if args.mode == "die":
         print("loading weights...\nRuntimeError: CUDA out of memory (fake)", file=sys.stderr)
         sys.exit(3)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import wait_for
+from helpers import in_process, one_error_line, wait_for
 
+from tpubench import store
 from tpubench.launch import engine as launch
 from tpubench.serving.engines import ENGINES, unknown
 from tpubench.serving.engines.base import HONOURED_FIELDS, Engine, flag_value
@@ -113,10 +114,7 @@ def test_ready_is_the_ready_path_answering_and_stop_leaves_nothing(tmp_path: Pat
         assert running.version == "9.9"  # from its /version
         assert running.url == f"http://127.0.0.1:{running.port}/v1"
         assert os.getpgid(running.process.pid) == running.process.pid  # a group of its own
-        columns = launch.describe(running)
-        assert columns["tp_size"] == 2 and columns["device_count"] == 2
-        assert json.loads(columns["honoured"]) == dict(FAKE.honours)
-        assert json.loads(columns["engine_args"]) == ["-tp", "2"]
+        assert running.honoured == dict(FAKE.honours) and running.engine_args == ["-tp", "2"]
         pid = running.process.pid
     assert gone(pid) and not running.alive()
     assert "serving" in log.read_text() and "fake_engine ready --host 127.0.0.1" in log.read_text()
@@ -186,3 +184,67 @@ def test_the_chip_is_read_from_the_host() -> None:
     assert cpu and cpu == launch.cpu_model()
     tpus = launch.tpu_pci_devices()
     assert launch.local_chip(ENGINES["vllm-tpu"], [], {}) == (tpus[0].chip if tpus else None)
+
+
+# tpubench serving --engine: the command's side, with the stand-in engine as a choice
+
+
+@pytest.fixture
+def fake_choice(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> dict[str, str]:
+    """``--engine fake`` (ready on the test server's /v1/models) for one test; the environment it needs."""
+    monkeypatch.setitem(ENGINES, "fake", replace(FAKE, ready_path="/v1/models"))
+    monkeypatch.setitem(ENGINES, "absent", replace(FAKE, name="absent", modules=("tpubench_no_such_module",)))
+    return {name: env[name] for name in ("PYTHONPATH", "FAKE_ENGINE_STARTED", "FAKE_ENGINE_FAMILY")}
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("--engine tgi --model m", "error: unknown engine 'tgi'; choose from vllm, sglang, vllm-tpu, vllm-torchtpu"),
+        ("--engine absent --model m", "error: engine absent is not installed here (tpubench_no_such_module missing)"),
+        ("--engine transformers --model m --ignore-eos", "error: --ignore-eos: engine transformers does not honour"),
+        ("--engine fake --model m --url http://127.0.0.1:9/v1", "error: --engine starts a server and --url names"),
+        ("--engine fake", "error: --model is required with --engine"),
+        ("--model m", "error: --engine (vllm, sglang, vllm-tpu, vllm-torchtpu, transformers, fake, absent) or --url"),
+        ("--url http://127.0.0.1:9/v1 --engine-arg=-tp=2", "error: --engine-arg is for an engine this command starts"),
+        ("--engine fake --model m --request-rate 0", "error: --request-rate expects positive requests/s"),
+    ],
+)
+def test_serving_refuses_an_engine_it_cannot_start_before_starting_it(
+    fake_choice: dict[str, str], tmp_path: Path, line: str, expected: str
+) -> None:
+    done = in_process(f"serving {line} --results", tmp_path / "results", env=fake_choice)
+    assert one_error_line(done).startswith(expected)
+    assert not Path(fake_choice["FAKE_ENGINE_STARTED"]).exists() and not (tmp_path / "results").exists()
+
+
+def test_serving_says_why_an_engine_died_while_loading(fake_choice: dict[str, str], tmp_path: Path) -> None:
+    done = in_process("serving --engine fake --model die --results", tmp_path / "results", env=fake_choice)
+    assert done.returncode == 1, done.stdout + done.stderr
+    first, *tail = done.stderr.splitlines()
+    assert first.startswith("error: engine fake exited with code 3 before it was ready (log: ")
+    assert "  RuntimeError: CUDA out of memory (fake)" in tail
+    assert "Traceback" not in done.stderr and not (tmp_path / "results" / "serving").exists()
+
+
+def test_an_engine_dying_mid_sweep_fails_its_point_and_keeps_the_ones_before(
+    fake_choice: dict[str, str], tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    done = in_process(
+        "serving --engine fake --model openai --request-rate inf --max-concurrency 1,2 --num-prompts 3 "
+        "--warmups 0 --input-len 4 --output-len 4 --results",
+        results,
+        env={**fake_choice, "FAKE_ENGINE_DIE_AFTER": "4"},
+    )  # in_process also checks that the engine is gone when the command returns
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "fake ready after" in done.stdout and "stopped after 2 of 2 points" not in done.stdout
+    points = store.load_table(results, "serving").sort_values("max_concurrency")
+    assert list(points["status"]) == ["ok", "failed"]
+    assert list(points["completed"]) == [3, 1]
+    assert points["cold_start_s"].gt(0).all() and (points["engine"] == "fake").all()
+    assert points["engine_version"].eq("testserver-1").all()  # from its /version
+    failed = points.iloc[1]
+    assert failed["error"].startswith("the server stopped answering during the point")
+    assert "fake_engine openai --host 127.0.0.1" in failed["log_tail"]  # the engine log's first line
+    assert len(store.load_table(results, "serving_requests")) == 6

@@ -5,6 +5,9 @@ Every input is checked before anything is sent: the rates and concurrencies, the
 dataset (a ShareGPT file is read), the results directory, and that the server answers
 ``/models`` within ``--ready-timeout``. The sweep itself is :func:`tpubench.serving.sweep.run_sweep`;
 this module picks the engine (a :class:`~tpubench.serving.sweep.Target`), checks and prints.
+With ``--engine`` it also starts the engine (:mod:`tpubench.launch.engine`): an unknown one, one
+not installed here, or ``--ignore-eos`` for one that refuses it is refused before it starts; it
+is stopped when the sweep ends, however it ends.
 """
 
 from __future__ import annotations
@@ -12,20 +15,26 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shlex
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlparse
 
 import typer
 
 from tpubench.analysis.nulls import is_missing
+from tpubench.cache_dir import cache_dir
 from tpubench.cli.common import BadInput, app, console, int_list, key_values, writable_results
+from tpubench.launch import engine as launch_engine
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.serving import client, datasets
 from tpubench.serving.arrivals import check_rate
+from tpubench.serving.engines import ENGINES, unknown
+from tpubench.serving.engines.base import Engine
 from tpubench.serving.metrics import parse_slos
 from tpubench.serving.sweep import Load, Target, points, run_sweep
 
@@ -96,14 +105,103 @@ def url_target(url: str, model: str | None, ready_timeout_s: float, device: str 
     )
 
 
+#: how long an engine this command starts may take to be ready (a TPU's first compile), and a
+#: server at --url to answer
+ENGINE_READY_TIMEOUT_S, URL_READY_TIMEOUT_S = 1800.0, 30.0
+
+
+def check_engine(name: str | None, url: str | None, model: str | None, ignore_eos: bool) -> Engine | None:
+    """The engine ``--engine`` names, refused before anything starts where it cannot run here."""
+    if name is None:
+        if url is None:
+            raise BadInput(f"--engine ({', '.join(ENGINES)}) or --url (a running OpenAI-compatible server) is required")
+        return None
+    if url is not None:
+        raise BadInput("--engine starts a server and --url names a running one: give one of them")
+    if problem := unknown(name):
+        raise BadInput(problem)
+    engine = ENGINES[name]
+    if problem := engine.missing():
+        raise BadInput(problem)
+    if model is None:
+        raise BadInput(f"--model is required with --engine: the model {name} serves (a local folder or a hub id)")
+    if ignore_eos and not engine.honours["ignore_eos"]:
+        raise BadInput(f"--ignore-eos: engine {name} does not honour ignore_eos (it refuses the field)")
+    return engine
+
+
+def engine_args_of(values: Sequence[str] | None) -> list[str]:
+    """``--engine-arg`` values, each split as a shell would: ``--engine-arg "--dtype bfloat16"``
+    and ``--engine-arg --dtype --engine-arg bfloat16`` are the same."""
+    try:
+        return [word for value in values or [] for word in shlex.split(value)]
+    except ValueError as error:
+        raise BadInput(f"--engine-arg: {error} in {values!r}") from error
+
+
+@contextlib.contextmanager
+def engine_target(
+    engine: Engine,
+    model: str,
+    engine_args: list[str],
+    ready_timeout_s: float,
+    device: str | None,
+    price: float | None,
+    log_path: Path,
+) -> Iterator[Target]:
+    """Start ``engine``, yield it as the sweep's target once ready, stop it on leaving. An engine
+    that exits or is not ready in time is an ``error:`` line with its log's tail, exit 1."""
+    console.print(f"starting {engine.name} (log: {log_path})", highlight=False)
+    try:
+        running = launch_engine.start(engine, model, engine_args, log_path, ready_timeout_s)
+    except launch_engine.EngineError as error:
+        typer.echo(f"error: {error}", err=True)
+        typer.echo("\n".join(f"  {line}" for line in error.log_tail.splitlines()), err=True)
+        raise typer.Exit(1) from None
+    with running:
+        console.print(f"{engine.name} ready after {running.cold_start_s:.1f} s (cold start)", highlight=False)
+        settings = engine.settings(engine_args)
+        yield Target(
+            url=running.url,
+            model=model,
+            engine=engine.name,
+            engine_version=running.version,
+            engine_args=engine_args,
+            honoured=running.honoured,
+            cold_start_s=running.cold_start_s,
+            device=device or running.device,
+            device_count=settings["tp_size"] or 1,
+            host=running.host,
+            dtype=settings["dtype"],
+            quantization=settings["quantization"],
+            tp_size=settings["tp_size"],
+            price_per_hour=price,
+            log_tail=running.log_tail,
+            alive=running.alive,
+        )
+
+
 @contextlib.contextmanager
 def open_target(
-    url: str, model: str | None, ready_timeout_s: float, device: str | None, price: float | None
+    url: str | None,
+    engine: Engine | None,
+    model: str | None,
+    engine_args: list[str],
+    ready_timeout_s: float | None,
+    device: str | None,
+    price: float | None,
+    log_path: Path,
 ) -> Iterator[Target]:
-    """The engine the sweep measures, for the sweep's duration. ``--url``: a server someone else
-    runs, left running. (An engine this command starts, ``--engine``, is opened here too, by
-    :mod:`tpubench.launch.engine`, and stopped on leaving.)"""
-    yield url_target(url, model, ready_timeout_s, device, price)
+    """The engine the sweep measures, for the sweep's duration: one this command starts
+    (``--engine``, stopped on leaving), or a server someone else runs (``--url``, left running)."""
+    if engine is not None:
+        assert model is not None  # check_engine
+        timeout = ENGINE_READY_TIMEOUT_S if ready_timeout_s is None else ready_timeout_s
+        with engine_target(engine, model, engine_args, timeout, device, price, log_path) as target:
+            yield target
+        return
+    assert url is not None  # check_engine
+    yield url_target(url, model, URL_READY_TIMEOUT_S if ready_timeout_s is None else ready_timeout_s, device, price)
 
 
 def _ms(value: Any) -> str:
@@ -128,6 +226,11 @@ def point_line(row: dict[str, Any]) -> str:
 @app.command("serving", context_settings={"allow_extra_args": True})
 def serving_command(
     ctx: typer.Context,
+    engine: Annotated[str | None, typer.Option(help=f"An engine to start and stop: {', '.join(ENGINES)}.")] = None,
+    engine_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="An argument for the engine (--engine-arg=--dtype=bfloat16, or quoted words); repeatable."),
+    ] = None,
     url: Annotated[str | None, typer.Option(help="A running OpenAI-compatible server: http://HOST:PORT/v1.")] = None,
     model: Annotated[str | None, typer.Option(help="The model to ask for (default: the server's first).")] = None,
     request_rate: Annotated[str, typer.Option(help="Requests/s, a comma list; inf sends all at once.")] = "inf",
@@ -149,14 +252,21 @@ def serving_command(
     price_per_hour: Annotated[
         float | None, typer.Option(min=0, help="$/hour of the server, for cost per million output tokens.")
     ] = None,
-    ready_timeout: Annotated[float, typer.Option(min=0, help="Seconds to wait for the server to answer.")] = 30.0,
+    ready_timeout: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds until the server must be ready (default: 1800 for --engine, 30 for --url)."),
+    ] = None,
     request_timeout: Annotated[float, typer.Option(min=1, help="Seconds before one request is given up.")] = 3600.0,
     results: Annotated[str, typer.Option(help="Results directory.")] = str(DEFAULT_RESULTS_DIR),
     tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE stored with every row; repeatable.")] = None,
 ) -> None:
     """Sweep request rates and concurrencies against an OpenAI-compatible server, with vLLM's
     TTFT, TPOT, ITL, E2EL, throughput and goodput, one stored row per point and per request."""
-    checked_url = check_url(url)
+    chosen = check_engine(engine, url, model, ignore_eos)
+    checked_url = check_url(url) if chosen is None else None
+    engine_args = engine_args_of(engine_arg)
+    if engine_args and chosen is None:
+        raise BadInput("--engine-arg is for an engine this command starts (--engine)")
     rates = rate_list(request_rate)
     concurrencies: list[int | None] = list(int_list("--max-concurrency", max_concurrency) or [None])
     # --goodput's further SLOs come as words of their own (``--goodput ttft:200 tpot:50``, as vLLM's)
@@ -188,7 +298,10 @@ def serving_command(
     started = datetime.now(UTC)
     invocation_id = f"{started:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     writer = store.InvocationWriter(results_dir, invocation_id, started, tables=("serving", "serving_requests"))
-    with open_target(checked_url, model, ready_timeout, device, price_per_hour) as target:
+    log_path = cache_dir() / "engine-logs" / f"{invocation_id}-{engine}.log"
+    with open_target(
+        checked_url, chosen, model, engine_args, ready_timeout, device, price_per_hour, log_path
+    ) as target:
         version = f" {target.engine_version}" if target.engine_version else ""
         sweep = points(rates, concurrencies)
         console.print(

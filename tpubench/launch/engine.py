@@ -28,7 +28,6 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -245,7 +244,7 @@ def start(
     """
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    environment = {**engine.env, **(os.environ if env is None else env)}
+    environment = {**(os.environ if env is None else env), **engine.env}
     device = local_chip(engine, engine_args, environment)
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(engine.argv(model, port, engine_args))}\n".encode())
@@ -301,21 +300,3 @@ def _gpu_name(env: Mapping[str, str]) -> str | None:
         return None
     name = done.stdout.strip().splitlines()[0].strip() if done.returncode == 0 and done.stdout.strip() else ""
     return name or None
-
-
-def describe(running: RunningEngine) -> dict[str, Any]:
-    """The serving row's engine columns for a started engine."""
-    settings = running.engine.settings(running.engine_args)
-    return {
-        "engine": running.engine.name,
-        "engine_version": running.version,
-        "engine_args": json.dumps(running.engine_args),
-        "url": running.url,
-        "honoured": json.dumps(running.honoured, sort_keys=True),
-        "cold_start_s": running.cold_start_s,
-        "model": running.model,
-        "device": running.device,
-        "device_count": settings["tp_size"] or 1,
-        "host": running.host,
-        **settings,
-    }

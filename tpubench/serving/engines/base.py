@@ -59,7 +59,7 @@ class Engine:
     version_packages: tuple[str, ...] = ()
     #: arguments always given (``--continuous-batching``), before the user's own
     default_args: tuple[str, ...] = ()
-    #: the engine's environment beside the caller's (the caller's own values win)
+    #: variables set in the engine's environment over the caller's (as a backend's worker env is)
     env: Mapping[str, str] = field(default_factory=dict)
 
     def missing(self) -> str | None:

@@ -5,7 +5,8 @@ Read from vllm-torchtpu's installation and quickstart pages, not yet run on a ch
 served by vLLM's own server, so readiness, version and request fields are vLLM's; the
 version adds the plugin's. The first start compiles XLA/Pallas graphs
 (``VLLM_XLA_CACHE_PATH`` keeps them across starts), so its cold start is the one to watch.
-TorchTPU must load in this engine, so ``TORCH_DEVICE_BACKEND_AUTOLOAD`` is left as it is.
+TorchTPU must load in this engine: ``TORCH_DEVICE_BACKEND_AUTOLOAD=1``, as tpubench's own TorchTPU
+workers have it (the CLI sets 0 for itself).
 """
 
 from __future__ import annotations
@@ -26,4 +27,5 @@ ENGINE = Engine(
     docs="https://github.com/vllm-project/vllm-torchtpu/blob/main/docs/getting_started/quickstart.md",
     version_paths=("/version",),
     version_packages=("vllm", "vllm-torchtpu-core"),
+    env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"},
 )
