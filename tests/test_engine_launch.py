@@ -22,7 +22,7 @@ from helpers import in_process, one_error_line, wait_for
 from tpubench import store
 from tpubench.launch import engine as launch
 from tpubench.serving.engines import ENGINES, unknown
-from tpubench.serving.engines.base import HONOURED_FIELDS, Engine, flag_value
+from tpubench.serving.engines.base import HONOURED_FIELDS, Engine, flag_value, param_count
 
 TESTS = Path(__file__).resolve().parent
 FAKE = Engine(
@@ -248,3 +248,13 @@ def test_an_engine_dying_mid_sweep_fails_its_point_and_keeps_the_ones_before(
     assert failed["error"].startswith("the server stopped answering during the point")
     assert "fake_engine openai --host 127.0.0.1" in failed["log_tail"]  # the engine log's first line
     assert len(store.load_table(results, "serving_requests")) == 6
+
+
+def test_a_local_models_parameters_are_counted_from_its_safetensors_headers(tmp_path: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    save_file({"a": np.zeros((3, 4), np.float32), "b": np.zeros(5, np.float16)}, tmp_path / "model-1.safetensors")
+    save_file({"c": np.zeros((2, 2, 2), np.int8)}, tmp_path / "model-2.safetensors", metadata={"format": "pt"})
+    assert param_count(str(tmp_path)) == 12 + 5 + 8
+    assert param_count("org/model") is None and param_count(str(tmp_path / "absent")) is None

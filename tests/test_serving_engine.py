@@ -6,6 +6,7 @@ what it stored and what it left running."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pandas as pd
 import psutil
 import pytest
 from helpers import tpubench
+from safetensors import safe_open
 
 from tpubench import store
 from tpubench.backends.cpu import cpu_model
@@ -67,6 +69,9 @@ def test_every_point_is_ok_and_says_which_engine_on_which_chip(sweep: Sweep) -> 
         "stream_options": False,
     }
     assert json.loads(points["engine_args"].iloc[0]) == ENGINE_ARGS.split()
+    with safe_open(sweep.model / "model.safetensors", "pt") as weights:  # the library's reading, not ours
+        parameters = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
+    assert points["param_count"].eq(parameters).all()
     assert f"transformers ready after {points['cold_start_s'].iloc[0]:.1f} s (cold start)" in sweep.done.stdout
 
 

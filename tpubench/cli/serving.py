@@ -34,7 +34,7 @@ from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.serving import client, datasets
 from tpubench.serving.arrivals import check_rate
 from tpubench.serving.engines import ENGINES, unknown
-from tpubench.serving.engines.base import Engine
+from tpubench.serving.engines.base import Engine, param_count
 from tpubench.serving.metrics import parse_slos
 from tpubench.serving.sweep import Load, Target, points, run_sweep
 
@@ -175,6 +175,7 @@ def engine_target(
             dtype=settings["dtype"],
             quantization=settings["quantization"],
             tp_size=settings["tp_size"],
+            param_count=param_count(model),
             price_per_hour=price,
             log_tail=running.log_tail,
             alive=running.alive,
@@ -248,7 +249,9 @@ def serving_command(
         list[str] | None, typer.Option(help="SLOs in ms a good request meets: --goodput ttft:200 tpot:50 (e2el too).")
     ] = None,
     ignore_eos: Annotated[bool, typer.Option(help="Ask the engine to ignore EOS (not every engine takes it).")] = False,
-    device: Annotated[str | None, typer.Option(help="The chip behind --url, stored with the rows.")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="The chip behind --url, stored with the rows (--engine: read from this host).")
+    ] = None,
     price_per_hour: Annotated[
         float | None, typer.Option(min=0, help="$/hour of the server, for cost per million output tokens.")
     ] = None,

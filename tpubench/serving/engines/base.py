@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
+import math
 import shutil
+import struct
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +114,22 @@ def flag_value(args: Sequence[str], names: Sequence[str]) -> str | None:
             elif arg.startswith(name + "="):
                 value = arg.split("=", 1)[1]
     return value
+
+
+def param_count(model: str) -> int | None:
+    """The parameters of a model in a local folder, counted from its safetensors files' headers
+    (no weights read, no torch); None for a hub id or a folder without safetensors files."""
+    files = sorted(Path(model).glob("*.safetensors")) if Path(model).is_dir() else []
+    total = 0
+    for path in files:
+        try:
+            with open(path, "rb") as stream:
+                (size,) = struct.unpack("<Q", stream.read(8))
+                header = json.loads(stream.read(size))
+        except (OSError, ValueError, struct.error):
+            return None
+        total += sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+    return total if files else None
 
 
 def _program(name: str) -> str | None:
