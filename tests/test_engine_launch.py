@@ -258,3 +258,17 @@ def test_a_local_models_parameters_are_counted_from_its_safetensors_headers(tmp_
     save_file({"c": np.zeros((2, 2, 2), np.int8)}, tmp_path / "model-2.safetensors", metadata={"format": "pt"})
     assert param_count(str(tmp_path)) == 12 + 5 + 8
     assert param_count("org/model") is None and param_count(str(tmp_path / "absent")) is None
+
+
+def test_sigterm_to_the_command_stops_the_engine_it_started(fake_choice: dict[str, str], tmp_path: Path) -> None:
+    """A cancelled CI job sends SIGTERM: the command stops its engine as on Ctrl-C."""
+    started = Path(fake_choice["FAKE_ENGINE_STARTED"])
+
+    def terminate_once_started() -> None:
+        wait_for(started.exists, "the fake engine's start")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate_once_started, daemon=True).start()
+    done = in_process("serving --engine fake --model never --results", tmp_path / "results", env=fake_choice)
+    assert done.returncode == 130  # in_process also checks that the engine is gone
+    assert gone(int(started.read_text()))

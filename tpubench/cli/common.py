@@ -6,9 +6,12 @@ Bad input (an unknown name, a nonsense number) raises :class:`BadInput`, which
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -125,3 +128,21 @@ def writable_results(text: str, option: str = "--results") -> str | Path:
     except Exception as error:  # fsspec back ends raise their own types: a missing package, a denied bucket
         raise BadInput(f"{option} {text}: cannot write there ({type(error).__name__}: {error})") from error
     return text
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[list[int]]:
+    """SIGTERM (a cancelled CI job, ``kill``) stops a command the way Ctrl-C does: a suite's run
+    in flight is abandoned and finished runs are kept; an engine ``tpubench serving`` started is
+    stopped. Yields the signals received."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -25,6 +25,7 @@ from tpubench.cli.common import (
     console,
     int_list,
     key_values,
+    sigterm_as_interrupt,
     writable_dir,
     writable_results,
 )
@@ -407,7 +408,7 @@ def print_summary(out: Console, rows: list[dict[str, Any]], wide: bool) -> None:
 @contextlib.contextmanager
 def suite_progress(runner: SuiteRunner, total: int, out: Console) -> Iterator[list[int]]:
     """A suite's live progress (overall, and the current run's phase) on ``out``, with SIGTERM
-    stopping it the way Ctrl-C does; yields the signals received (see :func:`_sigterm_as_interrupt`)."""
+    stopping it the way Ctrl-C does; yields the signals received (see :func:`.common.sigterm_as_interrupt`)."""
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -415,23 +416,6 @@ def suite_progress(runner: SuiteRunner, total: int, out: Console) -> Iterator[li
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with _sigterm_as_interrupt() as received, Progress(*columns, console=out, transient=True) as progress:
+    with sigterm_as_interrupt() as received, Progress(*columns, console=out, transient=True) as progress:
         runner.observer = ProgressObserver(progress, total)
         yield received
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[list[int]]:
-    """SIGTERM (a cancelled CI job, ``kill``) stops a suite the way Ctrl-C does: the run in
-    flight is abandoned, finished runs are kept. Yields the signals received."""
-    received: list[int] = []
-
-    def interrupt(signum: int, frame: object) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -28,7 +28,15 @@ import typer
 
 from tpubench.analysis.nulls import is_missing
 from tpubench.cache_dir import cache_dir
-from tpubench.cli.common import BadInput, app, console, int_list, key_values, writable_results
+from tpubench.cli.common import (
+    BadInput,
+    app,
+    console,
+    int_list,
+    key_values,
+    sigterm_as_interrupt,
+    writable_results,
+)
 from tpubench.launch import engine as launch_engine
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.serving import client, datasets
@@ -302,9 +310,10 @@ def serving_command(
     invocation_id = f"{started:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     writer = store.InvocationWriter(results_dir, invocation_id, started, tables=("serving", "serving_requests"))
     log_path = cache_dir() / "engine-logs" / f"{invocation_id}-{engine}.log"
-    with open_target(
-        checked_url, chosen, model, engine_args, ready_timeout, device, price_per_hour, log_path
-    ) as target:
+    with (
+        sigterm_as_interrupt(),  # a cancelled job stops the engine as Ctrl-C does: exit 130
+        open_target(checked_url, chosen, model, engine_args, ready_timeout, device, price_per_hour, log_path) as target,
+    ):
         version = f" {target.engine_version}" if target.engine_version else ""
         sweep = points(rates, concurrencies)
         console.print(
