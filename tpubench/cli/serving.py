@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import shlex
+import signal
 import sys
 import uuid
 from collections.abc import Iterator, Sequence
@@ -191,6 +192,17 @@ def engine_target(
 
 
 @contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Ctrl-C or SIGTERM (a cancelled job) stops the sweep and the engine this command started,
+    with exit status 128 + the signal, as ``tpubench run`` has it; the points written stay."""
+    with sigterm_as_interrupt() as received:
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+
+
+@contextlib.contextmanager
 def open_target(
     url: str | None,
     engine: Engine | None,
@@ -311,7 +323,7 @@ def serving_command(
     writer = store.InvocationWriter(results_dir, invocation_id, started, tables=("serving", "serving_requests"))
     log_path = cache_dir() / "engine-logs" / f"{invocation_id}-{engine}.log"
     with (
-        sigterm_as_interrupt(),  # a cancelled job stops the engine as Ctrl-C does: exit 130
+        stopped_by_signals(),
         open_target(checked_url, chosen, model, engine_args, ready_timeout, device, price_per_hour, log_path) as target,
     ):
         version = f" {target.engine_version}" if target.engine_version else ""
