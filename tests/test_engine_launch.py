@@ -272,3 +272,11 @@ def test_sigterm_to_the_command_stops_the_engine_it_started(fake_choice: dict[st
     done = in_process("serving --engine fake --model never --results", tmp_path / "results", env=fake_choice)
     assert done.returncode == 128 + signal.SIGTERM  # in_process also checks that the engine is gone
     assert gone(int(started.read_text()))
+
+
+def test_alive_sees_an_engine_that_is_exiting(tmp_path: Path, env: dict[str, str]) -> None:
+    """The client asks ``alive`` when a connection broke, which a crashing engine breaks just
+    before its exit shows: an engine killed a moment ago is not alive."""
+    with launch.start(FAKE, "ready", [], tmp_path / "engine.log", ready_timeout_s=60, env=env) as running:
+        os.killpg(running.process.pid, signal.SIGKILL)
+        assert not running.alive()

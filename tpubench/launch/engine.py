@@ -40,6 +40,8 @@ LOG_TAIL_LINES = 40
 POLL_S = 0.1
 #: how long an engine has to exit after SIGTERM before the rest of its group is killed
 STOP_GRACE_S = 15.0
+#: how long :meth:`RunningEngine.alive` waits for a running engine's exit to show
+ALIVE_GRACE_S = 1.0
 #: how long one readiness or version request may take
 REQUEST_TIMEOUT_S = 2.0
 PR_SET_PDEATHSIG = 1
@@ -120,7 +122,12 @@ class RunningEngine:
         return dict(self.engine.honours)
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        """Whether the engine still runs. Asked after a connection broke, which an engine that
+        crashed breaks a moment before its exit is seen: a running one gets
+        :data:`ALIVE_GRACE_S` to show its exit."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(ALIVE_GRACE_S)
+        return self.process.returncode is None
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return log_tail(self.log_path, lines)
@@ -135,7 +142,7 @@ class RunningEngine:
         while True:
             answer = _get(ready_url)
             if answer is not None and answer[0] == 200:
-                if not self.alive():  # another server on the port answered: ours is gone
+                if self.process.poll() is not None:  # another server on the port answered: ours is gone
                     break
                 self.cold_start_s = time.perf_counter() - self.spawned_at
                 return self.cold_start_s
@@ -148,7 +155,7 @@ class RunningEngine:
                 )
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(min(POLL_S, left))  # returns at once if it exits
-            if not self.alive():
+            if self.process.poll() is not None:
                 break
         raise EngineError(
             f"engine {self.engine.name} exited with code {self.process.returncode} before it was ready "
