@@ -205,7 +205,7 @@ def fake_choice(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> dict[st
         ("--engine transformers --model m --ignore-eos", "error: --ignore-eos: engine transformers does not honour"),
         ("--engine fake --model m --url http://127.0.0.1:9/v1", "error: --engine starts a server and --url names"),
         ("--engine fake", "error: --model is required with --engine"),
-        ("--model m", "error: --engine (vllm, sglang, vllm-tpu, vllm-torchtpu, transformers, fake, absent) or --url"),
+        ("--model m", "error: --url is required (http://HOST:PORT/v1 of a running OpenAI-compatible server), or"),
         ("--url http://127.0.0.1:9/v1 --engine-arg=-tp=2", "error: --engine-arg is for an engine this command starts"),
         ("--engine fake --model m --request-rate 0", "error: --request-rate expects positive requests/s"),
     ],

@@ -123,7 +123,10 @@ def check_engine(name: str | None, url: str | None, model: str | None, ignore_eo
     """The engine ``--engine`` names, refused before anything starts where it cannot run here."""
     if name is None:
         if url is None:
-            raise BadInput(f"--engine ({', '.join(ENGINES)}) or --url (a running OpenAI-compatible server) is required")
+            raise BadInput(
+                "--url is required (http://HOST:PORT/v1 of a running OpenAI-compatible server), "
+                f"or --engine to start one: {', '.join(ENGINES)}"
+            )
         return None
     if url is not None:
         raise BadInput("--engine starts a server and --url names a running one: give one of them")
