@@ -98,6 +98,18 @@ def test_settings_are_read_from_the_engines_own_flags() -> None:
     assert flag_value(["--dtype", "a", "--dtype=b"], ["--dtype"]) == "b"  # the last one wins, as argparse has it
 
 
+def test_the_version_is_the_servers_or_the_packages_with_a_plugins_beside_it() -> None:
+    import importlib.metadata
+
+    psutil_version = importlib.metadata.version("psutil")
+    plugin = replace(FAKE, version_packages=("tpubench-no-such-package", "psutil"))
+    assert plugin.version("0.11.0") == f"0.11.0, psutil {psutil_version}"  # vLLM's own, then the plugin's
+    assert plugin.version(None) is None  # no version of the engine itself: a plugin's alone says too little
+    package = replace(FAKE, version_packages=("psutil",))
+    assert package.version(None) == psutil_version and package.version("2.0") == "2.0"
+    assert ENGINES["vllm-tpu"].version_packages == ("vllm", "tpu-inference")
+
+
 def test_an_engine_not_installed_says_how_to_install_it() -> None:
     absent = replace(FAKE, name="absent", modules=("tpubench_no_such_module",), install="pip install absent")
     assert absent.missing() == (

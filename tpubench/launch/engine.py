@@ -164,22 +164,17 @@ class RunningEngine:
         )
 
     def read_version(self) -> str | None:
-        """The engine's version: from its version path where it has one, plus its packages'."""
+        """The engine's version, from the first of its version paths that gives one (else its
+        installed package's), with its platform plugin's."""
         served = None
         for path in self.engine.version_paths:
             answer = _get(self.base_url + path)
-            if answer is None or answer[0] != 200:
-                continue
-            with contextlib.suppress(ValueError, AttributeError):
-                served = json.loads(answer[1]).get("version")
+            if answer is not None and answer[0] == 200:
+                with contextlib.suppress(ValueError, AttributeError):
+                    served = json.loads(answer[1]).get("version")
             if served:
                 break
-        installed = self.engine.package_version()
-        if served and installed and len(self.engine.version_packages) > 1:
-            # a platform plugin's version beside vLLM's own: "0.11.0, tpu-inference 0.11.0"
-            plugins = installed.split(", ", 1)[1:]
-            return ", ".join([str(served), *plugins])
-        return str(served) if served else installed
+        return self.engine.version(str(served) if served else None)
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the group and every descendant, SIGKILL to what is left after ``grace_s``;

@@ -92,16 +92,19 @@ class Engine:
             found[setting] = int(value) if setting == "tp_size" and value is not None and value.isdigit() else value
         return found
 
-    def package_version(self) -> str | None:
-        """The installed versions of :attr:`version_packages`, as "1.2" or "1.2, tpu-inference 0.3"."""
-        parts = []
-        for index, package in enumerate(self.version_packages):
+    def version(self, served: str | None) -> str | None:
+        """The version to store: what the engine's version path gave (``served``), else its first
+        package's installed version, followed by any platform plugin's (``"0.11.0, tpu-inference
+        0.11.0"``)."""
+        installed = []
+        for package in self.version_packages:
             try:
-                version = importlib.metadata.version(package)
+                installed.append(f"{package} {importlib.metadata.version(package)}")
             except importlib.metadata.PackageNotFoundError:
-                continue
-            parts.append(version if index == 0 else f"{package} {version}")
-        return ", ".join(parts) or None
+                installed.append(None)
+        first = served or (installed[0].split(" ", 1)[1] if installed and installed[0] else None)
+        plugins = [text for text in installed[1:] if text]
+        return ", ".join([first, *plugins]) if first else None
 
 
 def flag_value(args: Sequence[str], names: Sequence[str]) -> str | None:
