@@ -384,6 +384,117 @@ def serving_chart(
     return _figure(traces, layout, height=380)
 
 
+#: the marker of each line's point of best goodput at its SLO (tpubench.analysis.serving.goodput_points)
+GOODPUT_MARKER = {"symbol": "star", "size": 16, "color": "#f9a825", "line": {"color": "#5d4037", "width": 1}}
+
+
+def serving_curves(
+    lines: pd.DataFrame, x: str, y: str, labels: dict[str, str], title: str,
+    goodput: pd.DataFrame | None = None, bound: float | None = None,
+) -> go.Figure:  # fmt: skip
+    """Latency against throughput (:func:`tpubench.analysis.serving.curves`' frame): a line per
+    engine on a chip, solid, and per static batch (decode runs), dashed; each line's point of
+    best goodput starred; the SLO on ``y``'s metric (``bound``, ms) as a dotted line."""
+    frame = lines[lines[x].notna() & lines[y].notna()]
+    name = lambda column: labels.get(column, column)  # noqa: E731
+    hover = ["line", "load", "source", "run_id"]
+    traces = []
+    for line, points in frame.groupby("line", sort=False):
+        static = (points["kind"] != "engine").all()
+        shade = _SPARE[zlib.crc32(str(line).encode()) % len(_SPARE)]
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": str(line),
+                "legendgroup": str(line),
+                "x": points[x].tolist(),
+                "y": points[y].tolist(),
+                "line": {"color": shade, "dash": "dash" if static else "solid"},
+                "marker": {"color": shade, "symbol": "square" if static else "circle"},
+                "customdata": points[hover].astype(object).to_numpy().tolist(),
+                "hovertemplate": _hover(
+                    [
+                        ("line", "%{customdata[0]}"),
+                        ("load", "%{customdata[1]}"),
+                        (name(x), "%{x:,.4g}"),
+                        (name(y), "%{y:,.4g}"),
+                        ("source", "%{customdata[2]}"),
+                        ("run_id", "%{customdata[3]}"),
+                    ]
+                ),
+            }
+        )
+    best = goodput[goodput[x].notna() & goodput[y].notna()] if goodput is not None else pd.DataFrame()
+    if not best.empty:
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "best goodput at the SLO",
+                "x": best[x].tolist(),
+                "y": best[y].tolist(),
+                "marker": GOODPUT_MARKER,
+                "customdata": best[["line", "load", "request_goodput", "good_share", "goodput_slos"]]
+                .astype(object)
+                .to_numpy()
+                .tolist(),
+                "hovertemplate": _hover(
+                    [
+                        ("line", "%{customdata[0]}"),
+                        ("load", "%{customdata[1]}"),
+                        ("goodput (req/s)", "%{customdata[2]:,.4g}"),
+                        ("share within the SLO", "%{customdata[3]:.1%}"),
+                        ("SLO (ms)", "%{customdata[4]}"),
+                    ]
+                ),
+            }
+        )
+    spread = sorted(frame[x].unique())
+    wide = bool(spread) and spread[-1] > 8 * max(spread[0], 1e-9)
+    layout: dict = {
+        "title": _title(title),
+        "legend": {"orientation": "h", "y": -0.25, "tracegroupgap": 0},
+        "xaxis": {"title": _title(name(x)), "type": "log" if wide else "linear"},
+        "yaxis": {"title": _title(name(y))},
+    }
+    if bound is not None:
+        slo = _hline(bound, "dot", "#c62828", f"SLO {bound:g} ms")
+        layout |= {"shapes": [slo["shape"]], "annotations": [slo["annotation"]]}
+    return _figure(traces, layout, height=480)
+
+
+def cold_start_bars(starts: pd.DataFrame) -> go.Figure:
+    """Each engine's start to ready per chip (:func:`tpubench.analysis.serving.cold_starts`): the
+    median over its sweeps, the whiskers their min and max."""
+    traces = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "y": starts["line"].tolist(),
+            "x": starts["median_s"].tolist(),
+            "marker": {"color": "#8d6e63"},
+            "error_x": {
+                "type": "data", "symmetric": False,
+                "array": (starts["max_s"] - starts["median_s"]).tolist(),
+                "arrayminus": (starts["median_s"] - starts["min_s"]).tolist(),
+            },
+            "customdata": starts[["sweeps", "min_s", "max_s"]].astype(object).to_numpy().tolist(),
+            "hovertemplate": _hover(
+                [("line", "%{y}"), ("median (s)", "%{x:,.1f}"), ("sweeps", "%{customdata[0]}"),
+                 ("min (s)", "%{customdata[1]:,.1f}"), ("max (s)", "%{customdata[2]:,.1f}")]
+            ),
+        }
+    ]  # fmt: skip
+    layout = {
+        "title": _title("Cold start: engine start to ready (s)"),
+        "xaxis": {"title": _title("seconds, median over sweeps (whiskers: min, max)")},
+        "yaxis": {"automargin": True},
+        "showlegend": False,
+    }
+    return _figure(traces, layout, height=max(220, 90 + 40 * len(starts)))
+
+
 def lines(
     frame: pd.DataFrame,
     x: str,

@@ -29,6 +29,7 @@ from reports import summary_table
 from tpubench import store
 from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import changepoints, compare, identity, scaling, serving_compare
+from tpubench.analysis import serving as serving_analysis
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
 from tpubench.results_dir import is_remote
@@ -78,8 +79,10 @@ SERVING_COLUMNS = (
     *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in PERCENTILES),
     "output_tokens_per_s",
     "total_tokens_per_s",
+    "tokens_per_s",
     "bandwidth_util",
     "median_step_ms",
+    "model_ref",  # a --model hf:ID run is of the serving points of model ID (analysis.serving.run_models)
 )
 
 
@@ -631,3 +634,20 @@ def memory(results: str, invocation: str, run_id: str) -> Loaded:
     """One run's rows of the memory table (its breakdown per rank, its profiled timeline);
     empty for a store from before the table."""
     return _scan(results, "memory", invocation_id=invocation, run_id=run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def serving_curves(results: str) -> pd.DataFrame:
+    """The store's serving points as curves, priced (:func:`tpubench.analysis.serving.curves`;
+    prices: the built-in table or ``$TPUBENCH_PRICES``), once per read of the table."""
+    return serving_analysis.curves(serving_points(results).frame, load_prices())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def serving_requests(results: str, invocation: str, run_id: str) -> Loaded:
+    """One serving point's requests (the serving_requests table, from its invocation's file):
+    lengths, send time, TTFT, TPOT, E2EL and every chunk gap; empty where none were kept."""
+    try:
+        return _scan(results, "serving_requests", invocation_id=invocation, run_id=run_id)
+    except store.StoreError:
+        return Loaded(store.TABLES["serving_requests"].empty_table().to_pandas())

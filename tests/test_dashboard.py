@@ -28,6 +28,7 @@ from dashboard import RESULTS_ENV, STORE_SEPARATOR, catalog, data
 from tpubench import store
 from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import compare
+from tpubench.analysis.prices import PRICES
 
 APP = ROOT / "dashboard" / "app.py"
 TINY = "--workload gpt2 --size tiny --backend cpu --steps 5 --warmup 1"
@@ -299,6 +300,105 @@ def test_serving_shows_the_decode_sweep(serve, results: Path) -> None:
     assert percentiles["TPOT p50 ms"].gt(0).all() and percentiles["output tokens/s"].gt(0).all()
     assert charts(app) == 3  # TPOT, tokens/s, TTFT; a CPU has no bandwidth peak, which the page says
     assert "no peak bandwidth" in texts(app)
+
+
+def vllm_points(model: str) -> list[dict]:
+    """`vllm bench serve` results at three rates (--goodput tpot:30), as --append-result writes them."""
+    figures = {"duration": 10.0, "completed": 100, "failed": 0, "total_input_tokens": 10_000,
+               "total_output_tokens": 4_000, "total_token_throughput": 1_400.0, "backend": "vllm", "model_id": model,
+               "burstiness": 1.0}  # fmt: skip
+    rates = ((1.0, 100.0, 10.0, 1.0), (4.0, 350.0, 20.0, 3.5), ("inf", 600.0, 60.0, 1.5))
+    return [
+        {**figures, "request_rate": rate, "output_throughput": tokens, "request_throughput": tokens / 40,
+         "median_tpot_ms": tpot, "p99_tpot_ms": tpot * 1.5, "median_ttft_ms": 40.0, "p99_ttft_ms": 90.0,
+         "request_goodput": good}
+        for rate, tokens, tpot, good in rates
+    ]  # fmt: skip
+
+
+def sglang_point(model: str) -> dict:
+    return {"backend": "sglang", "dataset_name": "random", "request_rate": 2.0, "max_concurrency": None,
+            "duration": 10.0, "completed": 50, "total_input_tokens": 5_000, "total_output_tokens": 2_000,
+            "request_throughput": 5.0, "input_throughput": 500.0, "output_throughput": 200.0,
+            "mean_e2e_latency_ms": 900.0, "median_ttft_ms": 30.0, "p99_ttft_ms": 70.0, "median_tpot_ms": 8.0,
+            "p99_tpot_ms": 12.0, "model_id": model}  # fmt: skip
+
+
+def import_points(results: Path, folder: Path, model: str) -> None:
+    """A vLLM result on an H100 (priced by the table) and an SGLang line on a TPU v5e, imported."""
+    vllm, sglang = folder / "vllm.json", folder / "sglang.jsonl"
+    vllm.write_text("\n".join(json.dumps(record) for record in vllm_points(model)))
+    sglang.write_text(json.dumps(sglang_point(model)) + "\n")
+    for line, file, device in (
+        ("import vllm-bench", vllm, "NVIDIA H100 80GB HBM3"),
+        ("import sglang", sglang, "TPU v5 lite"),
+    ):
+        done = in_process(line, file, "--device", device, "--goodput", "tpot:30", "--results", results)
+        assert done.returncode == 0, done.stderr
+
+
+def plotted(app: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+
+
+def test_serving_draws_each_engine_on_its_chip_beside_the_static_batch(serve, results: Path, tmp_path: Path) -> None:
+    """Imported vLLM and SGLang points of gpt2/tiny beside the store's decode sweep: latency by
+    output tok/s with a line per engine on a chip and a dashed static-batch line per decode shape
+    (its points the decode runs' own tokens/s), the best goodput starred at the vLLM line's point of
+    highest goodput (rate 4), the TPOT SLO drawn; by tok/s per dollar, the priced lines only (the
+    CPU has no price); and the decode sweep's own charts and table as before."""
+    store_dir = tmp_path / "results"
+    shutil.copytree(results, store_dir)
+    import_points(store_dir, tmp_path, "gpt2/tiny")
+    app = serve(store_dir, "Serving")
+    assert app.selectbox(key="model").value == "gpt2/tiny"
+    curves, per_dollar, *decode = plotted(app)
+    names = [trace["name"] for trace in curves["data"]]
+    h100, v5e = "vllm on NVIDIA H100 80GB HBM3", "sglang on TPU v5 lite"
+    static = [name for name in names if name.startswith("static batch: cpu on ")]
+    assert {h100, v5e, "best goodput at the SLO"} <= set(names) and len(static) == 2  # prompt 16 and 32
+    traces = {trace["name"]: trace for trace in curves["data"]}
+    assert traces[h100]["x"] == [100.0, 350.0, 600.0] and traces[h100]["y"] == [10.0, 20.0, 60.0]
+    assert traces[h100]["line"]["dash"] == "solid" and traces[static[0]]["line"]["dash"] == "dash"
+    decode_runs = runs_of(results)
+    decode_runs = decode_runs[(decode_runs["mode"] == "decode") & (decode_runs["status"] == "ok")]
+    drawn = sorted(x for name in static for x in traces[name]["x"])
+    assert drawn == pytest.approx(sorted(decode_runs["output_tokens_per_s"]))
+    star = traces["best goodput at the SLO"]
+    assert star["x"] == [350.0] and star["y"] == [20.0]  # rate 4: 3.5 req/s within the SLO
+    assert curves["layout"]["shapes"][0]["y0"] == 30.0  # the tpot SLO, on a TPOT axis
+    priced = {trace["name"]: trace for trace in per_dollar["data"]}
+    assert set(priced) == {h100, v5e, "best goodput at the SLO"}  # the CPU's static batch has no price
+    assert priced[h100]["x"][0] == pytest.approx(100 * 3600 / PRICES["H100 SXM"].usd_per_chip_hour)
+    assert priced[v5e]["x"] == pytest.approx([200 * 3600 / PRICES["TPU v5e"].usd_per_chip_hour])
+    assert len(decode) == 3 and "no peak bandwidth" in texts(app)
+    table = frames(app)[0]
+    assert len(table) == 4 + len(decode_runs) and table["best goodput"].sum() == 1
+    app.selectbox(key="latency").set_value("ttft_p99_ms").run()
+    curves = plotted(app)[0]
+    assert "shapes" not in curves["layout"] and {t["name"]: t for t in curves["data"]}[h100]["y"] == [90.0] * 3
+
+
+def test_serving_points_without_runs_show_their_curves_and_cold_start(serve, tmp_path: Path) -> None:
+    """A store of serving points only (no runs table: the sidebar has nothing to filter): the
+    curves, and the cold start of the sweeps that started their engine, one figure per sweep."""
+    results = tmp_path / "results"
+    import_points(results, tmp_path, "meta-llama/Llama-3.1-8B")
+    started = pd.Timestamp("2026-11-01T02:00:00Z").to_pydatetime()
+    for index, cold in enumerate((41.0, 45.0)):
+        writer = store.InvocationWriter(results, f"sweep-{index}", started, tables=("serving",))
+        point = {"run_id": f"p{index}", "invocation_id": f"sweep-{index}", "source": "tpubench", "status": "ok",
+                 "engine": "vllm-tpu", "engine_version": "0.1", "model": "meta-llama/Llama-3.1-8B",
+                 "device": "TPU v5 lite", "request_rate": 1.0, "output_throughput": 80.0 + index, "tpot_p50_ms": 12.0,
+                 "cold_start_s": cold}  # fmt: skip
+        writer.add_rows({"serving": [point]})
+    app = serve(results, "Serving")
+    assert not app.error and app.selectbox(key="model").value == "meta-llama/Llama-3.1-8B"
+    curves, cold_start, _per_dollar = plotted(app)
+    assert "vllm-tpu 0.1 on TPU v5 lite" in {trace["name"] for trace in curves["data"]}
+    bars = cold_start["data"][0]
+    assert bars["y"] == ["vllm-tpu 0.1 on TPU v5 lite"] and bars["x"] == [43.0]
+    assert bars["error_x"]["array"] == [2.0] and bars["error_x"]["arrayminus"] == [2.0]
 
 
 def test_ops_ranks_a_profiled_runs_ops_and_diffs_two_runs(serve, results: Path) -> None:

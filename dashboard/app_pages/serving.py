@@ -1,6 +1,9 @@
-"""Serving: TTFT, TPOT and ITL percentiles, tokens/s and bandwidth utilisation of prefill and
-decode runs across backends and sweeps (batch x prompt length); the latest run of each
-configuration."""
+"""Serving, per model: engines under load (``tpubench serving``, ``tpubench import``) as latency
+against throughput, a line per engine on a chip, with the best goodput at the SLO starred, the
+cold start beside it and the decode runs of the same model as static-batch lines
+(:mod:`tpubench.analysis.serving`); then the decode and prefill runs' own sweeps (batch x prompt
+length: TTFT, TPOT and ITL percentiles, tokens/s, bandwidth utilisation), the latest run of
+each configuration."""
 
 from __future__ import annotations
 
@@ -8,9 +11,16 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
+from tpubench.analysis import serving as serving_analysis
+from tpubench.analysis.prices import load_prices
 from tpubench.serving.metrics import PERCENTILES
 
 SWEEP_HINT = "tpubench run --suite llm --mode decode --batch-size 1,8,32 --prompt-len 128,1024 --gen-len 128"
+IMPORT_HINT = (
+    "tpubench import vllm-bench RESULT.json --device 'NVIDIA H100 80GB HBM3'   # or: tpubench import sglang F.jsonl"
+)
+#: the throughput axes of the engines' curves
+THROUGHPUTS = {"output_throughput": "output tokens/s", "output_tokens_per_usd": "output tokens per USD"}
 LABELS = {
     "batch_size": "batch size",
     "seq_len": "prompt length (tokens)",
@@ -47,23 +57,116 @@ def percentiles(runs: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["mode", "backend", "batch", "prompt"])
 
 
-def main() -> None:
-    view = ui.page_view()
-    if view is None:
-        return
-    st.title("Serving")
+def engines(curves: pd.DataFrame, static: pd.DataFrame, points: pd.DataFrame, model: str) -> None:
+    """The model's engines under load: latency against tok/s and tok/s per dollar, a line per
+    engine on a chip and per static batch, the best goodput starred, the cold start beside."""
+    st.subheader("Engines under load")
+    lines = pd.concat([frame for frame in (curves, static) if not frame.empty], ignore_index=True)
+    options = list(serving_analysis.LATENCIES)
+    latency = st.selectbox(
+        "Latency", options, format_func=serving_analysis.LATENCIES.__getitem__,
+        key=state.bind("latency", options[0], choices=options),
+    )  # fmt: skip
+    goodput = serving_analysis.goodput_points(curves)
+    bound = serving_analysis.slo_bound(curves, latency)
+    labels = {**THROUGHPUTS, **serving_analysis.LATENCIES}
+    left, right = st.columns([3, 2])
+    left.plotly_chart(
+        charts.serving_curves(lines, "output_throughput", latency, labels, f"{labels[latency]} by output tokens/s",
+                              goodput, bound),
+        key="serving-curves",
+    )  # fmt: skip
+    starts = serving_analysis.cold_starts(points[points["model"] == model])
+    if starts.empty:
+        right.info("No cold start: these points were imported, or their engine was not started by tpubench.")
+    else:
+        right.plotly_chart(charts.cold_start_bars(starts), key="serving-cold-start")
+    priced = lines[lines["output_tokens_per_usd"].notna()]
+    if priced.empty:
+        st.info("No tokens per dollar: no line's chip has a price (give --price-per-hour, or TPUBENCH_PRICES).")
+    else:
+        st.plotly_chart(
+            charts.serving_curves(priced, "output_tokens_per_usd", latency, labels,
+                                  f"{labels[latency]} by output tokens per USD", goodput, bound),
+            key="serving-per-dollar",
+        )  # fmt: skip
+        unpriced = sorted(set(lines["line"]) - set(priced["line"]))
+        if unpriced:
+            st.caption("Without a price (left out above): " + "; ".join(unpriced))
+    st.caption(
+        "A line per engine on a chip; dashed: the decode mode's static batch of the same model (one batch, no "
+        "arrivals, queueing or continuous batching: a bound, not a load point). Star: each line's point of highest "
+        "goodput, the requests per second that met every SLO; dotted: the SLO on this latency. Cost per hour: "
+        "every device the engine served on."
+    )
+    ui.table(points_table(lines, goodput).style.format(precision=2, thousands=",", na_rep="-"))
+
+
+def points_table(lines: pd.DataFrame, goodput: pd.DataFrame) -> pd.DataFrame:
+    """Every point drawn: its line and load, throughput, latencies, goodput, cost, where it came from."""
+    best = set(goodput["run_id"])
+    return pd.DataFrame(
+        {
+            "line": lines["line"],
+            "load": lines["load"],
+            "output tok/s": lines["output_throughput"],
+            "req/s": lines["request_throughput"],
+            **{label: lines[column] for column, label in serving_analysis.LATENCIES.items()},
+            "goodput req/s": lines["request_goodput"],
+            "SLO (ms)": lines["goodput_slos"],
+            "best goodput": lines["run_id"].isin(best),
+            "USD per M output tokens": lines["cost_per_m_output_tokens"],
+            "source": lines["source"],
+        }
+    )
+
+
+def decode_runs(view: ui.View) -> pd.DataFrame:
+    """The latest ok prefill and decode run of each configuration the filters keep, with the
+    serving columns; empty for a store without runs."""
+    if view.runs.empty:
+        return pd.DataFrame()
     serving = view.runs[view.runs["mode"].isin(data.SERVING_MODES) & (view.runs["status"] == "ok")]
     if serving.empty:
-        st.info("No ok prefill or decode run matches the filters. A sweep that fills this page:")
-        st.code(SWEEP_HINT, language="bash")
-        return
-    models = sorted((serving["workload"] + "/" + serving["size"]).unique())
-    model = st.selectbox("Model", models, key=state.bind("model", models[0], choices=models))
-    latest = data.latest_per_config(serving[(serving["workload"] + "/" + serving["size"]) == model])
+        return pd.DataFrame()
+    latest = data.latest_per_config(serving)
     # read by invocation, not by run: a filter that hides a backend then finds the rows cached
     loaded = data.runs(view.results, tuple(sorted(latest["invocation_id"].unique())), None, data.SERVING_COLUMNS)
     ui.warn_skipped(loaded.skipped)
-    runs = loaded.frame[loaded.frame["run_id"].isin(latest["run_id"])]
+    return loaded.frame[loaded.frame["run_id"].isin(latest["run_id"])]
+
+
+def main() -> None:
+    view = ui.store_view()
+    if view is None:
+        return
+    st.title("Serving")
+    loaded = data.serving_points(view.results)
+    ui.warn_skipped(loaded.skipped)
+    points = loaded.frame
+    runs = decode_runs(view)
+    if points.empty and runs.empty:
+        if view.problem == "empty":
+            ui.empty_state(view)
+        st.info("No serving point, and no ok prefill or decode run matches the filters. What fills this page:")
+        st.code(SWEEP_HINT, language="bash")
+        st.code(IMPORT_HINT, language="bash")
+        return
+    models = serving_analysis.models(points, runs)
+    model = st.selectbox("Model", models, key=state.bind("model", models[0], choices=models))
+    curves = data.serving_curves(view.results)
+    curves = curves[curves["model"] == model]
+    static = serving_analysis.static_batch(runs, load_prices()) if not runs.empty else pd.DataFrame()
+    static = static[static["model"] == model] if not static.empty else static
+    if not curves.empty:
+        engines(curves, static, points, model)
+    mine = runs[serving_analysis.run_models(runs) == model] if not runs.empty else runs
+    if not mine.empty:
+        decode_sweep(mine)
+
+
+def decode_sweep(runs: pd.DataFrame) -> None:
+    """The decode and prefill runs' sweeps: TPOT, tokens/s, TTFT and bandwidth by batch and prompt."""
     runs = runs.assign(prompt=runs["seq_len"], batch=runs["batch_size"])  # short panel titles
     st.caption(
         f"The latest ok run of each configuration ({len(runs)} runs, "
