@@ -367,6 +367,7 @@ def test_serving_draws_each_engine_on_its_chip_beside_the_static_batch(serve, re
     star = traces["best goodput at the SLO"]
     assert star["x"] == [350.0] and star["y"] == [20.0]  # rate 4: 3.5 req/s within the SLO
     assert curves["layout"]["shapes"][0]["y0"] == 30.0  # the tpot SLO, on a TPOT axis
+    assert "No request of this point was kept" in texts(app)  # imported without --save-detailed
     priced = {trace["name"]: trace for trace in per_dollar["data"]}
     assert set(priced) == {h100, v5e, "best goodput at the SLO"}  # the CPU's static batch has no price
     assert priced[h100]["x"][0] == pytest.approx(100 * 3600 / PRICES["H100 SXM"].usd_per_chip_hour)
@@ -381,17 +382,21 @@ def test_serving_draws_each_engine_on_its_chip_beside_the_static_batch(serve, re
 
 def test_serving_points_without_runs_show_their_curves_and_cold_start(serve, tmp_path: Path) -> None:
     """A store of serving points only (no runs table: the sidebar has nothing to filter): the
-    curves, and the cold start of the sweeps that started their engine, one figure per sweep."""
+    curves, the cold start of the sweeps that started their engine, one figure per sweep, and a
+    point's requests."""
     results = tmp_path / "results"
     import_points(results, tmp_path, "meta-llama/Llama-3.1-8B")
     started = pd.Timestamp("2026-11-01T02:00:00Z").to_pydatetime()
     for index, cold in enumerate((41.0, 45.0)):
-        writer = store.InvocationWriter(results, f"sweep-{index}", started, tables=("serving",))
+        writer = store.InvocationWriter(results, f"sweep-{index}", started, tables=("serving", "serving_requests"))
         point = {"run_id": f"p{index}", "invocation_id": f"sweep-{index}", "source": "tpubench", "status": "ok",
                  "engine": "vllm-tpu", "engine_version": "0.1", "model": "meta-llama/Llama-3.1-8B",
                  "device": "TPU v5 lite", "request_rate": 1.0, "output_throughput": 80.0 + index, "tpot_p50_ms": 12.0,
                  "cold_start_s": cold}  # fmt: skip
-        writer.add_rows({"serving": [point]})
+        request = {"run_id": f"p{index}", "invocation_id": f"sweep-{index}", "request": 0, "input_len": 8,
+                   "output_len": 4, "send_s": 0.0, "ttft_ms": 5.0, "tpot_ms": 1.0, "e2el_ms": 8.0,
+                   "itl_ms": [1.0, 1.0, 1.0]}  # fmt: skip
+        writer.add_rows({"serving": [point], "serving_requests": [request]})
     app = serve(results, "Serving")
     assert not app.error and app.selectbox(key="model").value == "meta-llama/Llama-3.1-8B"
     curves, cold_start, _per_dollar = plotted(app)
@@ -399,6 +404,9 @@ def test_serving_points_without_runs_show_their_curves_and_cold_start(serve, tmp
     bars = cold_start["data"][0]
     assert bars["y"] == ["vllm-tpu 0.1 on TPU v5 lite"] and bars["x"] == [43.0]
     assert bars["error_x"]["array"] == [2.0] and bars["error_x"]["arrayminus"] == [2.0]
+    app.selectbox(key="point").set_value("p1").run()  # a point's requests, as its sweep kept them
+    kept = frames(app)[-1]
+    assert kept[["request", "ttft_ms", "e2el_ms", "chunks"]].values.tolist() == [[0, 5.0, 8.0, 4]]
 
 
 def test_ops_ranks_a_profiled_runs_ops_and_diffs_two_runs(serve, results: Path) -> None:

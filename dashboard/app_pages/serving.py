@@ -57,7 +57,7 @@ def percentiles(runs: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["mode", "backend", "batch", "prompt"])
 
 
-def engines(curves: pd.DataFrame, static: pd.DataFrame, points: pd.DataFrame, model: str) -> None:
+def engines(results: str, curves: pd.DataFrame, static: pd.DataFrame, points: pd.DataFrame, model: str) -> None:
     """The model's engines under load: latency against tok/s and tok/s per dollar, a line per
     engine on a chip and per static batch, the best goodput starred, the cold start beside."""
     st.subheader("Engines under load")
@@ -100,6 +100,28 @@ def engines(curves: pd.DataFrame, static: pd.DataFrame, points: pd.DataFrame, mo
         "every device the engine served on."
     )
     ui.table(points_table(lines, goodput).style.format(precision=2, thousands=",", na_rep="-"))
+    with st.expander("A point's requests"):
+        requests(results, curves)
+
+
+def requests(results: str, curves: pd.DataFrame) -> None:
+    """One engine point's requests (the serving_requests table): lengths, send time, latencies,
+    chunk count and error, where its sweep or file kept them."""
+    labels = dict(zip(curves["run_id"], curves["line"] + " · " + curves["load"], strict=True))
+    options = list(labels)
+    chosen = st.selectbox(
+        "Point", options, format_func=labels.__getitem__, key=state.bind("point", options[0], choices=options)
+    )
+    invocation = curves.loc[curves["run_id"] == chosen, "invocation_id"].iloc[0]
+    loaded = data.serving_requests(results, invocation, chosen)
+    ui.warn_skipped(loaded.skipped)
+    rows = loaded.frame.sort_values("request")
+    if rows.empty:
+        st.caption("No request of this point was kept (vLLM keeps them with --save-detailed, SGLang --output-details).")
+        return
+    chunks = rows["itl_ms"].map(lambda gaps: len(gaps) + 1 if gaps is not None else None)
+    table = rows[["request", "input_len", "output_len", "send_s", "ttft_ms", "tpot_ms", "e2el_ms", "error"]]
+    ui.table(table.assign(chunks=chunks).style.format(precision=2, thousands=",", na_rep="-"))
 
 
 def points_table(lines: pd.DataFrame, goodput: pd.DataFrame) -> pd.DataFrame:
@@ -159,7 +181,7 @@ def main() -> None:
     static = serving_analysis.static_batch(runs, load_prices()) if not runs.empty else pd.DataFrame()
     static = static[static["model"] == model] if not static.empty else static
     if not curves.empty:
-        engines(curves, static, points, model)
+        engines(view.results, curves, static, points, model)
     mine = runs[serving_analysis.run_models(runs) == model] if not runs.empty else runs
     if not mine.empty:
         decode_sweep(mine)

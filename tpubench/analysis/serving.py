@@ -46,6 +46,7 @@ STATIC_BATCH = "static batch"
 #: the columns of :func:`curves` and :func:`static_batch`, which the page draws alike
 CURVE_COLUMNS = (
     "run_id",
+    "invocation_id",
     "model",
     "line",
     "load",
