@@ -25,13 +25,13 @@ here is computed once, in this module.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 
 import pandas as pd
 
 from tpubench.analysis.identity import serving_lines, serving_load_labels
 from tpubench.analysis.prices import Price, device_kind, device_price
+from tpubench.serving.metrics import parse_slos
 
 #: the latencies a curve can be drawn against, and their labels
 LATENCIES = {
@@ -40,8 +40,6 @@ LATENCIES = {
     "ttft_p50_ms": "TTFT p50 (ms)",
     "ttft_p99_ms": "TTFT p99 (ms)",
 }
-#: what a goodput SLO may bound (vLLM's ``--goodput``), in ms
-SLO_METRICS = ("ttft", "tpot", "e2el")
 STATIC_BATCH = "static batch"
 #: the columns of :func:`curves` and :func:`static_batch`, which the page draws alike
 CURVE_COLUMNS = (
@@ -62,24 +60,6 @@ CURVE_COLUMNS = (
     "cold_start_s",
     "source",
 )
-
-
-def parse_slos(text: str | None) -> dict[str, float]:
-    """``"ttft:200 tpot:50"`` (vLLM's ``--goodput`` pairs, ms) as ``{"ttft": 200.0, "tpot": 50.0}``;
-    a ValueError naming the valid metrics for anything else. Empty or None: no SLO."""
-    slos: dict[str, float] = {}
-    for pair in (text or "").replace(",", " ").split():
-        metric, sep, value = pair.partition(":")
-        try:
-            number = float(value) if sep else math.nan
-        except ValueError:
-            number = math.nan
-        if metric not in SLO_METRICS or not math.isfinite(number) or number <= 0:
-            raise ValueError(
-                f"goodput SLO {pair!r} is not METRIC:MS with a positive MS; metrics: {', '.join(SLO_METRICS)}"
-            )
-        slos[metric] = number
-    return slos
 
 
 def devices(points: pd.DataFrame) -> pd.Series:
@@ -136,7 +116,7 @@ def slo_bound(lines: pd.DataFrame, latency: str) -> float | None:
     the tpot SLO), to draw as a bound; None when they name none or differ."""
     metric = latency.split("_", 1)[0]
     texts = set(lines.loc[lines["request_goodput"].notna(), "goodput_slos"].dropna())
-    bounds = {parse_slos(text).get(metric) for text in texts}
+    bounds = {parse_slos([text]).get(metric) for text in texts}
     return bounds.pop() if len(bounds) == 1 else None
 
 

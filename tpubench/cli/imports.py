@@ -19,6 +19,7 @@ import typer
 
 from tpubench.cli.common import BadInput, app, console, key_values, writable_results
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
+from tpubench.serving.metrics import parse_slos, slos_text
 from tpubench.version import __version__
 
 imports = typer.Typer(
@@ -47,8 +48,8 @@ IgnoreEos = Annotated[
     bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Whether the requests set ignore_eos.")
 ]
 Goodput = Annotated[
-    str | None,
-    typer.Option(help="The SLOs the file's goodput was measured at, as given to the tool: 'ttft:200 tpot:50' (ms)."),
+    list[str] | None,
+    typer.Option(help="The SLOs the file's goodput was measured at, as given to the tool: --goodput ttft:200 tpot:50."),
 ]
 Price = Annotated[
     float | None,
@@ -65,14 +66,12 @@ def _import(tool: str, file: Path, results: str, given_options: dict) -> None:
     ``error:`` line (exit 2) before anything is written."""
     from tpubench import store  # pandas and pyarrow: after the options are checked
     from tpubench.analysis import prices as price_table
-    from tpubench.analysis import serving
     from tpubench.serving import importers
 
-    slos = given_options["goodput_slos"]
-    try:
-        given_options["goodput_slos"] = " ".join(f"{k}:{v:g}" for k, v in serving.parse_slos(slos).items()) or None
+    try:  # as tpubench serving reads and stores them
+        given_options["goodput_slos"] = slos_text(parse_slos(given_options["goodput_slos"]))
     except ValueError as error:
-        raise BadInput(f"--goodput: {error}") from error
+        raise BadInput(f"--goodput {error}") from error
     price = given_options["price_per_hour"]
     if price is not None and not (math.isfinite(price) and price > 0):
         raise BadInput(f"--price-per-hour {price:g}: give a positive USD per hour")
@@ -105,27 +104,24 @@ def _import(tool: str, file: Path, results: str, given_options: dict) -> None:
 
 def _priced(points: list[dict], table: dict) -> list[dict]:
     """``points`` with the price they are costed at (the given one, else the price table's:
-    :func:`tpubench.analysis.serving.usd_per_hour`) and the cost per million output tokens at
-    it, both null where no price is known; a row says what price its cost was read at."""
+    :func:`tpubench.analysis.serving.usd_per_hour`) and the cost per million output tokens at it,
+    as a sweep's rows have it (:func:`tpubench.serving.rows.cost_per_m_output_tokens`); both null
+    where no price is known, so that a row says what price its cost was read at."""
     import pandas as pd
 
     from tpubench.analysis import serving
     from tpubench.schema import SERVING
+    from tpubench.serving.rows import cost_per_m_output_tokens
 
-    frame = pd.DataFrame(points, columns=SERVING.names)
-    priced = serving.with_costs(frame, serving.usd_per_hour(frame, table), frame["output_throughput"])
-    known = lambda value: None if math.isnan(value) else float(value)  # noqa: E731
-    return [
-        {
-            **point,
-            "price_per_hour": known(hourly),
-            "cost_per_m_output_tokens": known(cost),
-            "tpubench_version": __version__,
-        }
-        for point, hourly, cost in zip(
-            points, priced["usd_per_hour"].astype(float), priced["cost_per_m_output_tokens"].astype(float), strict=True
+    hourly = serving.usd_per_hour(pd.DataFrame(points, columns=SERVING.names), table).astype(float)
+    priced = []
+    for point, price in zip(points, hourly, strict=True):
+        price = None if math.isnan(price) else float(price)
+        cost = cost_per_m_output_tokens(price, point["output_throughput"])
+        priced.append(
+            {**point, "price_per_hour": price, "cost_per_m_output_tokens": cost, "tpubench_version": __version__}
         )
-    ]
+    return priced
 
 
 @imports.command("vllm-bench")
