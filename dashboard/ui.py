@@ -112,13 +112,19 @@ def page_view() -> View | None:
     """The page's view, or None after drawing why there is nothing to show."""
     view: View = st.session_state[_VIEW]
     warn_skipped(view.skipped)
+    return view if has_runs(view) else None
+
+
+def has_runs(view: View) -> bool:
+    """Whether ``view`` has runs to show; else draws why not (a page that first asked
+    :func:`store_view`, whose skipped files are already said)."""
     if view.problem:
         empty_state(view)
-        return None
+        return False
     if view.runs.empty:
         st.info("No runs match the filters in the sidebar. Clear some of them to see runs.")
-        return None
-    return view
+        return False
+    return True
 
 
 def store_view() -> View | None:

@@ -30,16 +30,14 @@ KINDS = {"runs": "runs", "serving": "serving points"}
 
 
 def main() -> None:
-    serving = data.serving_trend_points(data.results_location())
-    if serving.empty:  # the page as it was before serving points
-        view = ui.page_view()
-        if view is None:
-            return
-        st.title("Trends")
-        runs_trends(view)
-        return
-    store_view = ui.store_view()  # a store of serving points alone has no runs
+    store_view = ui.store_view()  # first: a store that cannot be read is said, not raised
     if store_view is None:
+        return
+    serving = data.serving_trend_points(store_view.results)
+    if serving.empty:  # the page as it was before serving points
+        if ui.has_runs(store_view):
+            st.title("Trends")
+            runs_trends(store_view)
         return
     st.title("Trends")
     kind = st.radio(
