@@ -53,17 +53,19 @@ BOTH = ("gpt2", "llama3")
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    """gpt2 tiny and llama3 tiny in each precision the CPU runs (int8 weight-only and dynamic
-    for inference, fp8 tensorwise and rowwise for training, one measured step: a bf16 train
-    step of gpt2 tiny takes most of a CPU-second, most of it the LM head), and two it does not,
-    at one sequence of 16 tokens."""
+    """Each precision the CPU runs, on gpt2 tiny or llama3 tiny (both for int8-wo, whose bound
+    the issue names), one sequence of 16 tokens, one measured step; and two precisions it does
+    not run. Every worker imports torchao (about 2.5 CPU-seconds) and a bf16 train step of
+    gpt2 tiny takes most of a CPU-second here, mostly its LM head: the whole matrix, both
+    models in every precision for 10 steps, is nightly
+    (:func:`test_both_models_in_every_cpu_precision_stay_within_the_bounds`)."""
     return run_rows(
         tmp_path_factory.mktemp("precision"),
         (
             ("int8-wo", "infer", 1, BOTH),
-            ("int8-dq", "infer", 1, BOTH),
-            ("fp8", "train", 1, BOTH),
-            ("fp8-rowwise", "train", 1, BOTH),
+            ("int8-dq", "infer", 1, ("llama3",)),
+            ("fp8", "train", 1, ("gpt2",)),
+            ("fp8-rowwise", "train", 1, ("llama3",)),
             ("int4-wo", "infer", 1, ("gpt2",)),
             ("mxfp8", "train", 1, ("gpt2",)),
         ),
@@ -72,15 +74,21 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     )
 
 
-def test_each_cpu_precision_gives_ok_rows_with_quality_beside_bf16(rows: pd.DataFrame) -> None:
-    ran = rows[rows["precision"].isin(["int8-wo", "int8-dq", "fp8", "fp8-rowwise"])]
-    assert len(ran) == 8 and set(ran["status"]) == {"ok"}, ran[["workload", "precision", "status", "error"]]
-    assert (ran.loc[ran["mode"] == "train", "loss_rel_diff"].abs() < 0.05).all()
+def check_converted(ran: pd.DataFrame) -> None:
+    """Every converted row ok, with its conversion and quality columns set and within bounds."""
+    assert set(ran["status"]) == {"ok"}, ran[["workload", "precision", "status", "error"]]
     assert set(ran["dtype"]) == {"bfloat16"} and set(ran["reference_precision"]) == {"bf16"}
     assert (ran["converted_linears"] > 0).all() and ran["quality_ok"].all()
     infer, train = ran[ran["mode"] == "infer"], ran[ran["mode"] == "train"]
-    assert infer["logits_rel_error"].between(0, 1).all() and infer["top1_agreement"].between(0, 1).all()
+    assert infer["logits_rel_error"].between(0, 0.05).all() and infer["top1_agreement"].between(0.9, 1).all()
     assert train["final_loss"].notna().all() and train["reference_loss"].notna().all()
+    assert (train["loss_rel_diff"].abs() < 0.05).all(), train[["workload", "precision", "loss_rel_diff"]]
+
+
+def test_each_cpu_precision_gives_ok_rows_with_quality_beside_bf16(rows: pd.DataFrame) -> None:
+    ran = rows[rows["precision"].isin(["int8-wo", "int8-dq", "fp8", "fp8-rowwise"])]
+    assert len(ran) == 5
+    check_converted(ran)
 
 
 def test_int8_weight_only_logits_stay_within_5_percent_of_bf16(rows: pd.DataFrame) -> None:
@@ -91,13 +99,23 @@ def test_int8_weight_only_logits_stay_within_5_percent_of_bf16(rows: pd.DataFram
 
 
 @pytest.mark.nightly
-def test_fp8_training_loss_stays_within_5_percent_of_bf16_after_10_steps(tmp_path: Path) -> None:
-    """The bound docs/precision.md gives, with the figures measured: 10 measured steps and as
-    many bf16 reference steps, about a minute per run on CI's CPUs (nightly)."""
-    fp8 = run_rows(tmp_path, (("fp8", "train", TRAIN_STEPS, BOTH), ("fp8-rowwise", "train", TRAIN_STEPS, BOTH)),
-                   batch_size=2, seq_len=32)  # fmt: skip
-    assert set(fp8["status"]) == {"ok"} and (fp8["measured_steps"] == TRAIN_STEPS).all()
-    assert (fp8["loss_rel_diff"].abs() < 0.05).all(), fp8[["workload", "precision", "loss_rel_diff"]]
+def test_both_models_in_every_cpu_precision_stay_within_the_bounds(tmp_path: Path) -> None:
+    """gpt2 tiny and llama3 tiny in every precision the CPU runs, training for 10 measured
+    steps and as many bf16 reference steps (about a minute per train run on CI's CPUs): fp8's
+    loss within 5% of bf16's, int8's logits within 5% (docs/precision.md gives the figures)."""
+    ran = run_rows(
+        tmp_path,
+        (
+            ("int8-wo", "infer", 2, BOTH),
+            ("int8-dq", "infer", 2, BOTH),
+            ("fp8", "train", TRAIN_STEPS, BOTH),
+            ("fp8-rowwise", "train", TRAIN_STEPS, BOTH),
+        ),
+        batch_size=2,
+        seq_len=32,
+    )
+    assert len(ran) == 8 and (ran.loc[ran["mode"] == "train", "measured_steps"] == TRAIN_STEPS).all()
+    check_converted(ran)
 
 
 def test_conversion_names_the_linears_converted_and_left_out(rows: pd.DataFrame) -> None:

@@ -49,7 +49,7 @@ PRECISIONS: dict[str, Precision] = {
     )
 }
 #: the precision a run of a plain dtype computes in: what a row from before ``--precision`` reads as
-PLAIN = {"bfloat16": "bf16", "float32": "fp32"}
+PLAIN = {"float32": "fp32", "bfloat16": "bf16"}
 #: what every low precision's quality is measured against (the quality columns)
 REFERENCE = "bf16"
 

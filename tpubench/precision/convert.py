@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -105,18 +104,24 @@ def unavailable(precision: str, device: torch.device) -> str | None:
     return f"--precision {precision} has no torchao path on {device.type} devices"
 
 
+#: the loggers torchao's first import speaks through on a CPU build: its own ("Failed to load
+#: ..._C_mxfp8...so", extension libraries a CPU cannot load) and torch's pytree registry (an
+#: Enum registered as a constant, deprecated); harmless notes, not the user's business
+IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 @contextlib.contextmanager
 def quiet_import() -> Iterator[None]:
-    """torchao's first import, without its notes about CUDA extension libraries a CPU build
-    cannot load ("Failed to load ..._C_mxfp8...so", harmless here) reaching the user's output."""
-    logger = logging.getLogger("torchao")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """torchao's import and conversion, with :data:`IMPORT_LOGGERS` held to errors."""
+    loggers = [logging.getLogger(name) for name in IMPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            yield
+        yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def linears(model: nn.Module) -> dict[str, nn.Linear]:
