@@ -3,6 +3,7 @@ columns against bf16, old rows' precision, and the input refused before anything
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -89,6 +90,20 @@ def test_each_cpu_precision_gives_ok_rows_with_quality_beside_bf16(rows: pd.Data
     ran = rows[rows["precision"].isin(["int8-wo", "int8-dq", "fp8", "fp8-rowwise"])]
     assert len(ran) == 5
     check_converted(ran)
+
+
+def test_the_summary_names_the_precision_and_its_divergence(rows: pd.DataFrame) -> None:
+    from rich.console import Console
+
+    from tpubench import report
+
+    ran = rows[rows["precision"].isin(["int8-wo", "fp8"])]
+    table, _ = report.summary_table(ran.astype(object).where(ran.notna(), None).to_dict("records"))
+    out = Console(width=300, record=True, file=io.StringIO())
+    out.print(table)
+    text = out.export_text()
+    assert "precision" in text and "int8-wo" in text and "vs bf16" in text
+    assert "logits 1." in text and "loss " in text
 
 
 def test_int8_weight_only_logits_stay_within_5_percent_of_bf16(rows: pd.DataFrame) -> None:

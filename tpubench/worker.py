@@ -207,14 +207,15 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         channel.send("phase", phase="ingest", step=0, of=1)
         row |= ingest_trace(trace_path, spec.profile_steps, spec.devices, row["median_step_ms"])
     row |= compile_columns(spec, capture, measured.records)
-    row |= quality_columns(spec, instance, backend, reference, measured.records)
+    quality_found, quality_note = quality_columns(spec, instance, backend, reference, measured.records)
+    row |= quality_found
     return {
         **row,
         "status": "ok",
         "compile_cache": spec.compile_cache,
         "trace_path": trace_path,
         **parameter_columns(workload, config, instance.model),
-        "warnings": run_notes(caught, measured, capture.notes if capture else []),
+        "warnings": run_notes(caught, measured, [*(capture.notes if capture else []), *quality_note]),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
 
@@ -232,22 +233,21 @@ def convert_model(spec: RunSpec, instance: Instance) -> tuple[torch.Tensor | Non
 
 def quality_columns(
     spec: RunSpec, instance: Instance, backend: Backend, reference: torch.Tensor | None, records: list[StepRecord]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[str]]:
     """A converted run's divergence from bf16 (:mod:`tpubench.precision.quality`), after
-    every figure is read. A reference that does not fit beside the run costs the columns,
-    never the run: the columns stay null and its warnings say why."""
+    every figure is read, and a note for the row's warnings where it could not be measured:
+    a reference that does not fit beside the run costs the columns, never the run."""
     if not choices.is_converted(spec.precision):
-        return {}
+        return {}, []
     try:
         if spec.mode == "train":
-            return quality.train_columns(instance.workload, spec.size, shape_of(spec), backend, records)
-        return quality.inference_columns(reference, instance)
+            return quality.train_columns(instance.workload, spec.size, shape_of(spec), backend, records), []
+        return quality.inference_columns(reference, instance), []
     except Exception as error:  # the reference's own OOM or a torchao gap: the timings stand
         if not is_oom(error):
             traceback.print_exc()
-        warnings.warn(f"quality against bf16 not measured: {type(error).__name__}: {error}", TpubenchWarning,
-                      stacklevel=2)  # fmt: skip
-        return {"reference_precision": choices.REFERENCE}
+        note = f"quality against bf16 not measured: {type(error).__name__}: {error}"
+        return {"reference_precision": choices.REFERENCE}, [note]
 
 
 def energy_window(backend: Backend) -> energy.Window | None:
