@@ -217,6 +217,7 @@ def spec_of(run: dict[str, Any]) -> RunSpec:
         backend=run["backend"],
         mode=run["mode"],
         dtype=run["dtype"],
+        precision=value("precision"),  # a row from before --precision: None, its dtype's plain one
         batch_size=int(run["batch_size"]),
         gen_len=int(value("gen_len") or 0),
         warmup=int(value("warmup_min_steps") or 3),

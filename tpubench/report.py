@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpubench.hostload import is_busy
+from tpubench.precision import choices as precisions
 from tpubench.spec import DIMENSIONS, model_label, parallel_label, shape_label
 
 STATUS_STYLE = {"ok": "green", "skipped": "yellow", "unavailable": "dim"}  # others (mismatch, failed...) red
@@ -82,6 +83,7 @@ COLUMNS = (
     Column("mode", lambda r: r["mode"], 100, numeric=False),
     Column("shape", _shape, 100, numeric=False),
     Column("devices", _devices, 100, numeric=False),
+    Column("precision", lambda r: precisions.label(r.get("precision"), r.get("dtype")) or "-", 95, numeric=False),
     Column("status", _status, 100, numeric=False),
     Column("median ms", lambda r: _number(r.get("median_step_ms")), 90),
     Column("p90 ms", lambda r: _number(r.get("p90_step_ms")), 20),
@@ -91,6 +93,7 @@ COLUMNS = (
     Column("TTFT ms", lambda r: _number(r.get("ttft_p50_ms")), 80),
     Column("TPOT ms", lambda r: _number(r.get("tpot_p50_ms")), 80),
     Column("MFU", lambda r: _percent(r.get("mfu")), 70),
+    Column("vs bf16", lambda r: _quality(r), 65, numeric=False),
     Column("first step s", lambda r: _number(r.get("first_step_s")), 50),
     Column("compile s", lambda r: _number(r.get("compile_s")), 40),
     Column("peak mem", lambda r: _bytes(r.get("peak_mem_bytes")), 10),
@@ -166,6 +169,20 @@ def notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _quality(row: dict[str, Any]) -> str:
+    """A converted run's divergence from bf16: the loss's (train) or the logits' relative
+    error, flagged where it is past the bounds (docs/precision.md)."""
+    if row.get("loss_rel_diff") is not None:
+        text = f"loss {100 * row['loss_rel_diff']:+.2f}%"
+    elif row.get("logits_rel_error") is not None:
+        text = f"logits {100 * row['logits_rel_error']:.2f}%"
+    else:
+        return "-"
+    return text + ("" if row.get("quality_ok") else " off")
+
+
 def _label(row: dict[str, Any]) -> str:
     label = f"{model_label(row['workload'], row['size'], row.get('model_hash'))} {row['backend']} {row['mode']}"
+    if named := precisions.label(row.get("precision"), row.get("dtype")):
+        label = f"{label} {named}"
     return label if _devices(row) == "-" else f"{label} {_devices(row)}"

@@ -342,6 +342,7 @@ class Executor:
             spec,
             backend=verify.REFERENCE_BACKEND,
             dtype=verify.REFERENCE_DTYPE,
+            precision=None,  # the reference's: float32's own
             init_dtype=spec.dtype,  # the candidate's very weights, computed in float32
             verify=False,
             profile_steps=0,
@@ -420,6 +421,7 @@ def row_for(
         "device": fact["device"] or None,
         "mode": spec.mode,
         "dtype": spec.dtype,
+        "precision": spec.precision,
         "batch_size": spec.batch_size,
         **{name: getattr(spec, name) for name in DIMENSIONS},
         "gen_len": spec.gen_len,

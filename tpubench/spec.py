@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from tpubench.precision import choices
+
 DTYPES = ("float32", "bfloat16")
 #: a step's named input dimensions (``workloads.base.DIMENSIONS``; torch-free here) and
 #: the letter a shape label gives each: b8xs128 (tokens), b8xi224 (pixels), b8xl32 (latent)
@@ -18,6 +20,7 @@ KEY_FIELDS = (
     "backend",
     "mode",
     "dtype",
+    "precision",
     "batch_size",
     *DIMENSIONS,
     "gen_len",
@@ -136,6 +139,15 @@ class RunSpec:
     #: how long the hosts wait for each other to join before the run fails (None: half the timeout)
     join_timeout_s: float | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    #: what the matmuls compute in (``--precision``, :mod:`tpubench.precision.choices`): None
+    #: reads as the dtype's plain one (bf16, fp32); a converted one needs its base dtype
+    precision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision is None:
+            object.__setattr__(self, "precision", choices.plain(self.dtype))
+        elif (base := choices.resolve(self.precision, None)[1]) != self.dtype:
+            raise ValueError(f"precision {self.precision} computes in {base}, not {self.dtype}")
 
     def key(self) -> tuple:
         """The identity ``--resume`` matches on (settings that change the measurement)."""
@@ -153,10 +165,13 @@ class RunSpec:
         return {name: getattr(self, name) for name in DIMENSIONS if getattr(self, name) is not None}
 
     def label(self) -> str:
+        """``gpt2/tiny cpu infer bfloat16 int8-wo b8xs128``: the precision named where it is not
+        the dtype's plain one."""
         shape = shape_label(self.batch_size, self.dims(), self.gen_len)
+        numbers = " ".join(part for part in (self.dtype, choices.label(self.precision, self.dtype)) if part)
         label = (
             f"{model_label(self.workload, self.size, self.model_hash or self.model_ref)} "
-            f"{self.backend} {self.mode} {self.dtype} {shape}"
+            f"{self.backend} {self.mode} {numbers} {shape}"
         )
         layout = self.parallel_label()
         return f"{label} {layout}" if layout else label

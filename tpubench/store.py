@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from tpubench.precision import choices as precisions
 from tpubench.results_dir import DEFAULT_RESULTS_DIR, is_remote
 from tpubench.schema import SCHEMA_VERSION, TABLES
 
@@ -326,6 +327,8 @@ def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     # rows from before multi-device runs (a nullable addition, no version) used one
     # device and no plan: so they pair, resume and scale with the one-device rows written since
     frame = frame.fillna({column: value for column, value in ONE_DEVICE.items() if column in frame.columns})
+    if {"dtype", "precision"} <= set(frame.columns):  # a row from before --precision: its dtype's plain one
+        frame = precisions.filled(frame)
     if {"seed", "schema_version"} <= set(frame.columns):
         older = (frame["schema_version"] < 3) & frame["seed"].isna()
         if older.any():

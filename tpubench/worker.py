@@ -43,6 +43,7 @@ from tpubench.measure import (
 )
 from tpubench.models import WorkloadUnavailable, workload_for
 from tpubench.parallel import dtensor, planning, spmd
+from tpubench.precision import choices, convert, quality
 from tpubench.serving.metrics import GenerationTiming, bandwidth_utilisation, serving_metrics
 from tpubench.spec import RunSpec
 from tpubench.stats import summarize
@@ -131,12 +132,20 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
     if row.get("status") == "skipped":
         return row
 
+    if why := convert.unavailable(spec.precision, backend.device()):
+        return {**row, "status": "unavailable", "error": why}
+
     capture = backend.compile_capture(spec) if spec.capture_compiles else None
     if capture:
         capture.start()
     channel.send("phase", phase="build", step=0, of=1)
     dtype = getattr(torch, spec.dtype)
     instance = build(workload, spec.size, device=backend.device(), dtype=dtype, shape=shape_of(spec))
+    try:
+        reference, converted = convert_model(spec, instance)
+    except convert.Unconvertible as error:
+        return {**row, "status": "unavailable", "error": str(error)}
+    row |= converted
     instance = apply_plan(spec, backend, instance)
     sharded = spec.devices > 1 and parallel.family(spec.backend) in parallel.SPMD_FAMILIES
     counter = memory.PartsCounter(instance.model, backend.device().type, sharded)
@@ -198,15 +207,47 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         channel.send("phase", phase="ingest", step=0, of=1)
         row |= ingest_trace(trace_path, spec.profile_steps, spec.devices, row["median_step_ms"])
     row |= compile_columns(spec, capture, measured.records)
+    quality_found, quality_note = quality_columns(spec, instance, backend, reference, measured.records)
+    row |= quality_found
     return {
         **row,
         "status": "ok",
         "compile_cache": spec.compile_cache,
         "trace_path": trace_path,
         **parameter_columns(workload, config, instance.model),
-        "warnings": run_notes(caught, measured, capture.notes if capture else []),
+        "warnings": run_notes(caught, measured, [*(capture.notes if capture else []), *quality_note]),
         "steps": step_rows(measured.records, timings[: len(measured.records)], spec.gen_len),  # not profiled ones
     }
+
+
+def convert_model(spec: RunSpec, instance: Instance) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """A converted precision's model (in place, before the backend prepares it) and its
+    conversion columns, with the bf16 logits taken first for an inference run's quality
+    (:mod:`tpubench.precision.quality`); nothing for a plain precision. Raises
+    :class:`convert.Unconvertible` where no linear can take the precision."""
+    if not choices.is_converted(spec.precision):
+        return None, {}
+    reference = quality.logits(instance, instance.model) if spec.mode != "train" else None
+    return reference, convert.convert(instance.model, spec.precision, spec.mode).columns()
+
+
+def quality_columns(
+    spec: RunSpec, instance: Instance, backend: Backend, reference: torch.Tensor | None, records: list[StepRecord]
+) -> tuple[dict[str, Any], list[str]]:
+    """A converted run's divergence from bf16 (:mod:`tpubench.precision.quality`), after
+    every figure is read, and a note for the row's warnings where it could not be measured:
+    a reference that does not fit beside the run costs the columns, never the run."""
+    if not choices.is_converted(spec.precision):
+        return {}, []
+    try:
+        if spec.mode == "train":
+            return quality.train_columns(instance.workload, spec.size, shape_of(spec), backend, records), []
+        return quality.inference_columns(reference, instance), []
+    except Exception as error:  # the reference's own OOM or a torchao gap: the timings stand
+        if not is_oom(error):
+            traceback.print_exc()
+        note = f"quality against bf16 not measured: {type(error).__name__}: {error}"
+        return {"reference_precision": choices.REFERENCE}, [note]
 
 
 def energy_window(backend: Backend) -> energy.Window | None:
@@ -460,7 +501,8 @@ def throughput_columns(
     """
     step_s = median_step_ms / 1e3
     flops = step_flops(workload, config, spec)
-    mfu = peaks.mfu(flops / spec.devices, step_s, *device, spec.dtype, precision)
+    mfu = peaks.mfu(flops / spec.devices, step_s, *device, spec.dtype, precision, spec.precision)
+    key, chip = peaks.matmul_key(spec.dtype, precision, spec.precision), peaks.lookup(*device)
     if identity["flops_incomplete"]:
         warnings.warn(
             f"MFU left null: the FLOP count missed ops {identity['flops_incomplete']}", TpubenchWarning, stacklevel=2
@@ -473,6 +515,9 @@ def throughput_columns(
         **({} if spec.mode == "decode" else {"tokens_per_s": tokens / step_s if tokens is not None else None}),
         "flops_per_step": flops,
         "mfu": mfu,
+        # the peak MFU divided by: the precision's (fp8 dense on an H100), named
+        "peak_flops_per_s": chip.device_flops(key) if chip else None,
+        "mfu_peak": peaks.describe(*device, key),
     }
 
 

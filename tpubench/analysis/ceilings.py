@@ -34,6 +34,7 @@ from tpubench import peaks
 from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import device_kind
 from tpubench.hostload import is_busy
+from tpubench.precision import choices as precisions
 
 #: STREAM's arrays reach this many times the last-level cache (STREAM's rule: 4x)
 LLC_MULTIPLE = 4
@@ -374,9 +375,13 @@ def matmul_ceilings(ceilings: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def matmul_dtype(dtype: Any, backend_metrics: Any) -> Any:
-    """The ceiling dtype a run's matmuls ran in: ``tf32`` for a float32 run whose matmul
-    precision was not "highest" (TF32 tensor cores), else its dtype."""
+def matmul_dtype(dtype: Any, backend_metrics: Any, precision: Any = None) -> Any:
+    """The ceiling dtype a run's matmuls ran in: a converted precision's (``fp8`` for fp8 and
+    fp8-rowwise, whose ceiling ``torch._scaled_mm`` measures; ``bfloat16`` for the weight-only
+    ones; ``int8``, which no ceiling measures yet, for int8-dq), ``tf32`` for a float32 run
+    whose matmul precision was not "highest" (TF32 tensor cores), else its dtype."""
+    if precisions.is_converted(precision):
+        return precisions.PRECISIONS[precision].matmul
     if dtype != "float32" or not isinstance(backend_metrics, str):
         return dtype
     try:
@@ -409,7 +414,10 @@ def attach_ceilings(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     keys = pd.DataFrame(
         {
             "device_key": [device_key(d, k) for d, k in zip(frame["device"], kinds, strict=True)],
-            "dtype": [matmul_dtype(d, m) for d, m in zip(frame["dtype"], metrics, strict=True)],
+            "dtype": [
+                matmul_dtype(d, m, p)
+                for d, m, p in zip(frame["dtype"], metrics, precisions.filled(frame)["precision"], strict=True)
+            ],
         },
         index=frame.index,
     )

@@ -32,6 +32,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tpubench.analysis.shapes import shape_labels
+from tpubench.precision import choices as precisions
 from tpubench.spec import DIMENSIONS, KEY_FIELDS, model_label
 
 #: the columns that make a configuration: a run's identity and the device it ran on
@@ -54,6 +55,7 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     for column in CONFIG_KEYS:
         if column not in frame:
             frame[column] = {**ONE_DEVICE, **ONE_HOST}.get(column)
+    frame = precisions.filled(frame)  # a row from before --precision: its dtype's plain one
     frame["hosts"] = pd.to_numeric(frame["hosts"]).fillna(1).astype("int64")
     devices = pd.to_numeric(frame["devices"]).fillna(1).astype("int64")
     one = devices == 1
@@ -93,6 +95,8 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
     # joined per row from columns read once, as shape_labels does (pandas' string operations
     # cost about a millisecond each, and a label took a dozen of them beside the shape's)
     columns = [_texts(frame[column]) for column in ("workload", "size", "mode", *(("dtype",) if dtype else ()))]
+    if "precision" in frame:  # named where it is not the dtype's plain one: fp8, int8-wo
+        columns.append([precisions.label(p, d) for p, d in zip(frame["precision"], frame["dtype"], strict=True)])
     shaped = [column for column in frame.columns if column in SHAPE_COLUMNS]  # not a copy of 150 columns
     columns.append(shape_labels(configurations(frame[shaped])).tolist())
     if backend:
@@ -113,7 +117,7 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
         (workload, size, mode, *rest) = parts
         if (workload, size, model) not in named:  # a store has few models and many runs
             named[workload, size, model] = model_label(workload, size, model)
-        label = " ".join([f"{named[workload, size, model]} {mode}", *rest])
+        label = " ".join([f"{named[workload, size, model]} {mode}", *(part for part in rest if part)])
         labels.append(label if model is None else f"{label} model {model[:8]}")
     return pd.Series(labels, index=frame.index, dtype=object)
 

@@ -55,6 +55,7 @@ from tpubench.cli.planning import (
     ModelConfigOption,
     ModelOption,
     ParallelOption,
+    PrecisionOption,
     ScalingOption,
     TaskOption,
     TpOption,
@@ -63,6 +64,8 @@ from tpubench.cli.planning import (
     custom_model,
     device_options,
     plan_runs,
+    precision_options,
+    precision_runs,
     pythons,
     shape_options,
     use_workload_modules,
@@ -226,7 +229,10 @@ def ci_command(
     seq_len: Annotated[str | None, typer.Option(help="Sequence length(s); for prefill/decode the prompt.")] = None,
     prompt_len: Annotated[str | None, typer.Option(help="Prompt length(s) for prefill/decode (= --seq-len).")] = None,
     gen_len: Annotated[str | None, typer.Option(help="Output tokens per sequence for decode, e.g. 128.")] = None,
-    dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
+    dtype: Annotated[
+        str | None, typer.Option(help=f"One of {', '.join(DTYPES)} (default: float32, or --precision's).")
+    ] = None,
+    precision: PrecisionOption = None,
     rounds: Annotated[
         str,
         typer.Option(
@@ -297,13 +303,14 @@ def ci_command(
     --history), 2 bad input, 3 inconclusive with --fail-on-inconclusive, 130 interrupted.
     """
     use_workload_modules(workload_module, model)
+    numbers = precision_options(precision, dtype)
     choice = choose_runs(
         suite,
         workload,
         backend,
         mode,
         size,
-        dtype,
+        numbers["dtype"],
         custom_model(model, inputs, loss, model_config, task, suite, workload),
     )
     shape = {
@@ -334,7 +341,11 @@ def ci_command(
         out_dir = writable_dir("--out", out)
         _serving_night(tonight_serving, base_serving, out_dir, settings, history, creep_nights, fail_on_inconclusive)
         return
-    specs = plan_runs(choice, dtype=dtype, warmup=warmup, steps=steps, timeout_s=timeout, **shape)
+    specs, notes = precision_runs(
+        choice, plan_runs(choice, **numbers, warmup=warmup, steps=steps, timeout_s=timeout, **shape)
+    )
+    for note in notes:
+        console.print(note, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
     out_dir = writable_dir("--out", out)  # created only once the input is known good: a refusal leaves no folder

@@ -24,11 +24,20 @@ import typer
 
 from tpubench.backends import BACKENDS
 from tpubench.cli.common import BadInput, choose, int_list, key_values
+from tpubench.precision import choices as precisions
 from tpubench.runner import plan
 from tpubench.spec import DTYPES, PARALLEL_CHOICES, SCALING_CHOICES, RunSpec
 
 if TYPE_CHECKING:
     from workloads import Workload
+
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"What the matmuls compute in: {', '.join(precisions.PRECISIONS)} (docs/precision.md). Sets the "
+        "dtype (bf16, fp32: the plain dtypes; the others convert a bfloat16 model with torchao). Default: --dtype's.",
+    ),
+]
 
 # the options of a user's model and of plugin modules, shared by ``run``, ``ci`` and ``list``
 ModelOption = Annotated[
@@ -207,6 +216,48 @@ def choose_runs(
         suite=suite,
         model_ref=custom.ref_json if custom else None,
     )
+
+
+def precision_options(precision: str | None, dtype: str | None, verify: bool = False) -> dict[str, str]:
+    """``--precision`` and ``--dtype`` as :func:`plan_runs` options, checked: a precision sets
+    its base dtype, a dtype alone its plain precision, neither float32 (the default before
+    ``--precision``). ``--verify`` (a float32 reference of the unconverted model) says nothing
+    of a converted precision, whose check is its quality columns: refused with one."""
+    try:
+        precision, dtype = precisions.resolve(precision, dtype)
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+    if verify and precisions.is_converted(precision):
+        raise BadInput(
+            f"--verify compares the unconverted model with a float32 reference; --precision {precision}'s own "
+            "check is its quality columns against bf16 (docs/precision.md): drop --verify"
+        )
+    return {"precision": precision, "dtype": dtype}
+
+
+def precision_runs(choice: Choice, specs: list[RunSpec]) -> tuple[list[RunSpec], list[str]]:
+    """The planned runs a converted precision can take, and a note for each mode or backend
+    left out. One the user named (``--mode train`` with ``int8-wo``, ``--backend xla`` with
+    ``fp8``) is bad input instead: one ``error:`` line before anything runs."""
+    kept, notes = [], []
+    for spec in specs:
+        refusals = (
+            (precisions.mode_refusal(spec.precision, spec.mode), spec.mode in choice.modes),
+            (precisions.backend_refusal(spec.precision, spec.backend), spec.backend in choice.backends),
+        )
+        for why, named in refusals:
+            if why and named:
+                raise BadInput(why)
+        if spec.devices > 1 and precisions.is_converted(spec.precision):
+            raise BadInput(
+                f"--precision {spec.precision} runs on one device: converting a model split over "
+                f"{spec.devices} devices (torchao's float8 with FSDP2 or tensor parallelism) is not built yet"
+            )
+        if whys := [why for why, _ in refusals if why]:
+            notes += [f"note: {why}: left out" for why in whys]
+        else:
+            kept.append(spec)
+    return kept, list(dict.fromkeys(notes))
 
 
 def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:

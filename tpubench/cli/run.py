@@ -36,6 +36,7 @@ from tpubench.cli.planning import (
     ModelConfigOption,
     ModelOption,
     ParallelOption,
+    PrecisionOption,
     ScalingOption,
     TaskOption,
     TpOption,
@@ -44,6 +45,8 @@ from tpubench.cli.planning import (
     custom_model,
     device_options,
     plan_runs,
+    precision_options,
+    precision_runs,
     pythons,
     shape_options,
     use_workload_modules,
@@ -112,7 +115,10 @@ def run(
     ] = None,
     prompt_len: Annotated[str | None, typer.Option(help="Prompt length(s) for prefill/decode (= --seq-len).")] = None,
     gen_len: Annotated[str | None, typer.Option(help="Output tokens per sequence for decode, e.g. 128.")] = None,
-    dtype: Annotated[str, typer.Option(help=f"One of {', '.join(DTYPES)}.")] = "float32",
+    dtype: Annotated[
+        str | None, typer.Option(help=f"One of {', '.join(DTYPES)} (default: float32, or --precision's).")
+    ] = None,
+    precision: PrecisionOption = None,
     devices: DevicesOption = None,
     parallel: ParallelOption = None,
     tp: TpOption = None,
@@ -190,13 +196,14 @@ def run(
         raise BadInput("--results needs a directory")
     if profile_memory:  # before any model is imported or planned, or the store made
         profile_memory_backends(choose("backend", backend, list(BACKENDS)))
+    numbers = precision_options(precision, dtype, verify)
     spread = host_options(hosts, node_rank, master, join_timeout, devices, on, resume, timeout)
     results_dir = writable_results(results)
     interpreters = pythons(python)
     use_workload_modules(workload_module, model)  # before Ray's actors copy this environment
     fleet = join_fleet(on, resume, backend, interpreters, ray_address, str(results_dir))
     custom = custom_model(model, inputs, loss, model_config, task, suite, workload)
-    choice = choose_runs(suite, workload, backend, mode, size, dtype, custom)
+    choice = choose_runs(suite, workload, backend, mode, size, numbers["dtype"], custom)
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
 
@@ -204,7 +211,7 @@ def run(
         compile_cache = writable_dir("--compile-cache", compile_cache)
     specs = plan_runs(
         choice,
-        dtype=dtype,
+        **numbers,
         **shape_options(choice, batch_size, seq_len, prompt_len, gen_len, image_size, latent_size),
         **device_options(devices, parallel, tp, scaling),
         warmup=warmup,
@@ -219,8 +226,9 @@ def run(
         fail_on_recompile=fail_on_recompile,
         **spread,
     )
+    specs, precision_notes = precision_runs(choice, specs)
     out = Console(stderr=True, markup=False) if as_json else console
-    for note in left_out(choice.workloads, choice.sizes, choice.modes):
+    for note in [*left_out(choice.workloads, choice.sizes, choice.modes), *precision_notes]:
         out.print(note, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
