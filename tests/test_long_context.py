@@ -42,6 +42,8 @@ def test_math_attention_names_its_kernel_and_its_share_grows_with_the_length(res
     # and 512 read alike (measured 0.25 and 0.23, then 0.34 and 0.28: docs/long-context.md)
     assert shares[2] > max(shares[:2]) + 0.1, shares
     assert "math attention" in result.stdout  # the run's label names the forced kernel
+    added = runs["peak_mem_bytes"] - runs["baseline_mem_bytes"]  # the estimate counts the S x S scores it held
+    assert (added <= runs["estimated_mem_bytes"]).all(), (added.tolist(), runs["estimated_mem_bytes"].tolist())
 
 
 @pytest.mark.nightly
