@@ -23,6 +23,7 @@ PAGES = (
     PageInfo("Trends", "app_pages/trends.py", ":material/show_chart:"),
     PageInfo("Serving", "app_pages/serving.py", ":material/speed:"),
     PageInfo("Scaling", "app_pages/scaling.py", ":material/stacked_line_chart:"),
+    PageInfo("Precision & context", "app_pages/precision.py", ":material/tune:"),
     PageInfo("Ops", "app_pages/ops.py", ":material/bar_chart:"),
     PageInfo("Compilation", "app_pages/compilation.py", ":material/build:"),
     PageInfo("Ceilings", "app_pages/ceilings.py", ":material/vertical_align_top:"),

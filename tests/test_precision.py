@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from helpers import in_process, one_error_line, tpubench
 from torch import nn
 
-from tests.helpers import in_process, one_error_line, tpubench
 from tpubench import peaks
 from tpubench.analysis import ceilings
 from tpubench.analysis.identity import config_labels, configurations

@@ -429,6 +429,7 @@ def row_for(
         "parallel": spec.parallel,
         "tp_size": spec.tp_size,
         "scaling": spec.scaling,
+        "attention": spec.attention,
         **spec_columns(spec),  # the worker's own (chips, simulated) come with its result
         # a user's model, as planned: a run that failed before saying what it measured keeps them
         "model_ref": spec.model_ref,

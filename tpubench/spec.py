@@ -30,10 +30,16 @@ KEY_FIELDS = (
     "tp_size",
     "scaling",
     "hosts",
+    "attention",
 )
 #: how a run splits over its devices (``--parallel``); ``none`` is one device
 PARALLEL_CHOICES = ("none", "dp", "fsdp", "tp", "fsdp_tp")
 SCALING_CHOICES = ("weak", "strong")
+#: the attention kernel a run forces (``--attention``): ``auto`` lets the backend choose, as
+#: every run before the option did (a stored row without the column reads as ``auto``); the
+#: SDPA backends on CUDA, flex attention under compile, a chip's own flash kernel (docs/long-context.md)
+ATTENTION_CHOICES = ("auto", "flash", "efficient", "math", "flex", "cudnn")
+ATTENTION_DEFAULT = "auto"
 
 
 def parallel_label(parallel: Any, devices: Any, tp_size: Any, hosts: Any = 1) -> str:
@@ -138,6 +144,11 @@ class RunSpec:
     master: str | None = None
     #: how long the hosts wait for each other to join before the run fails (None: half the timeout)
     join_timeout_s: float | None = None
+    #: the attention kernel forced (:data:`ATTENTION_CHOICES`)
+    attention: str = ATTENTION_DEFAULT
+    #: trace one more step, after the measured ones, for the kernel that ran and attention's share
+    #: of the step (``--attention`` given); a run traced anyway (``profile_steps``) reads its trace
+    trace_attention: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     #: what the matmuls compute in (``--precision``, :mod:`tpubench.precision.choices`): None
     #: reads as the dtype's plain one (bf16, fp32); a converted one needs its base dtype
@@ -174,7 +185,8 @@ class RunSpec:
             f"{self.backend} {self.mode} {numbers} {shape}"
         )
         layout = self.parallel_label()
-        return f"{label} {layout}" if layout else label
+        label = f"{label} {layout}" if layout else label
+        return f"{label} {self.attention} attention" if self.attention != "auto" else label
 
     def parallel_label(self) -> str:
         """``dp4``, ``fsdp8``, ``tp4``, ``fsdp4xtp2``, ``dp2 on 2 hosts``: the plan, its degrees

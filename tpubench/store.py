@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from tpubench.precision import choices as precisions
 from tpubench.results_dir import DEFAULT_RESULTS_DIR, is_remote
 from tpubench.schema import SCHEMA_VERSION, TABLES
+from tpubench.spec import ATTENTION_DEFAULT
 
 if TYPE_CHECKING:
     import fsspec
@@ -317,7 +318,8 @@ def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     Version 2: a decode run's ``tokens_per_s`` is output tokens per second, the serving
     tools' meaning and the same figure as ``output_tokens_per_s``; before, it counted the
     prompt's tokens too (over the median generation), a second meaning under one name.
-    Rows without ``devices`` (written before multi-device runs) get :data:`ONE_DEVICE`.
+    Rows without ``devices`` (written before multi-device runs) get :data:`ONE_DEVICE`, and
+    rows without ``attention`` (written before ``--attention``) ``auto``, the backend's choice.
     Version 3 stored the data seed (``seed``); every run before it was built from
     :data:`workloads.base.SEED`'s value, 0, which older rows get. Their steps keep ``loss``
     null: it was not read.
@@ -329,6 +331,8 @@ def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     frame = frame.fillna({column: value for column, value in ONE_DEVICE.items() if column in frame.columns})
     if {"dtype", "precision"} <= set(frame.columns):  # a row from before --precision: its dtype's plain one
         frame = precisions.filled(frame)
+    if "attention" in frame.columns:  # rows from before --attention let the backend choose: auto
+        frame["attention"] = frame["attention"].fillna(ATTENTION_DEFAULT)
     if {"seed", "schema_version"} <= set(frame.columns):
         older = (frame["schema_version"] < 3) & frame["seed"].isna()
         if older.any():

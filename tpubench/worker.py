@@ -18,6 +18,7 @@ import platform
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -49,6 +50,7 @@ from tpubench.spec import RunSpec
 from tpubench.stats import summarize
 from tpubench.warning import TpubenchWarning
 from workloads import GENERATION_MODES, Instance, Shape, Workload, build
+from workloads.attention import AttentionUnsupported, estimating
 from workloads.base import SEED, runtime_bytes
 
 #: backend metrics that have columns of their own; the rest go to ``backend_metrics`` (JSON)
@@ -119,6 +121,10 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         workload = workload_for(spec)
     except WorkloadUnavailable as error:  # e.g. the user's module is not installed in this interpreter
         return {"status": "unavailable", "error": str(error)}
+    try:
+        backend.use_attention(spec)
+    except AttentionUnsupported as error:  # a kernel this device or mode lacks, said before any build
+        return {"status": "unavailable", "error": f"--attention {spec.attention}: {error}"}
     config = workload.config(spec.size)
     identity = identity_columns(workload, config, spec)
     device = (availability.device_name, backend.device_kind)  # peaks match within the device kind
@@ -177,6 +183,10 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
                 "error": f"{type(error).__name__}: {error}",
                 "warnings": "\n".join(capture.notes) if capture and capture.notes else None,
             }
+        except Exception as error:  # a forced attention kernel that cannot run this shape says why
+            if (why := attention_refusal(spec, error, caught)) is None:
+                raise
+            return {**row, "status": "unavailable", "error": why}
         if spec.mode == "prefill":  # a prefill step is the time to first token
             timings = [GenerationTiming(ttft_ms=r.step_ms, e2e_ms=r.step_ms) for r in measured.records]
         extra = backend.extra_metrics()  # read before profiling, so that traced steps count in no figure
@@ -206,6 +216,8 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         trace_path = backend.profile(step, spec.profile_steps, spec.trace_dir)
         channel.send("phase", phase="ingest", step=0, of=1)
         row |= ingest_trace(trace_path, spec.profile_steps, spec.devices, row["median_step_ms"])
+    if workload.attention:
+        row |= attention_columns(spec, backend, step, trace_path, capture, len(measured.records), channel)
     row |= compile_columns(spec, capture, measured.records)
     quality_found, quality_note = quality_columns(spec, instance, backend, reference, measured.records)
     row |= quality_found
@@ -248,6 +260,71 @@ def quality_columns(
             traceback.print_exc()
         note = f"quality against bf16 not measured: {type(error).__name__}: {error}"
         return {"reference_precision": choices.REFERENCE}, [note]
+
+
+#: steps traced for the attention columns where the run traced none: several, so that one step
+#: slowed by another process weighs a third (a share's noise on a busy host is the step's)
+ATTENTION_TRACE_STEPS = 3
+
+
+def attention_refusal(spec: RunSpec, error: Exception, caught: list[warnings.WarningMessage]) -> str | None:
+    """Why the forced ``--attention`` kernel could not run this run's shape, from the error
+    its first step raised (SDPA's "No available kernel" with the warnings that say why, flex
+    attention's missing CPU backward, a mask a kernel does not take); None for any other error,
+    or where nothing was forced (``auto``)."""
+    if spec.attention == "auto":
+        return None
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, AttentionUnsupported):
+        return f"--attention {spec.attention}: {error}"
+    if "No available kernel" in str(error):
+        reasons = [str(w.message) for w in caught if "attention" in str(w.message).lower()]
+        return f"--attention {spec.attention} cannot run this shape: " + "; ".join(dict.fromkeys(reasons or [text]))
+    if isinstance(error, NotImplementedError) and "attention" in str(error).lower():
+        return f"--attention {spec.attention} cannot run this run: {text}"
+    return None
+
+
+def attention_columns(
+    spec: RunSpec,
+    backend: Backend,
+    step: Any,
+    trace_path: str | None,
+    capture: compiles.Capture | None,
+    measured_steps: int,
+    channel: Channel,
+) -> dict[str, Any]:
+    """The attention kernel that ran and attention's share of a step (docs/long-context.md).
+
+    From the run's trace where it took one (``--profile``), else from :data:`ATTENTION_TRACE_STEPS`
+    more steps traced for it after every figure is read (``--attention`` given:
+    ``spec.trace_attention``); without a
+    trace, the kernel is the SDPA backend or flex that was forced (source ``forced``), and the
+    share is unknown (null). A trace that cannot be read costs these columns, never the run."""
+    from tpubench.traces import attention as traced
+
+    columns: dict[str, Any] = {}
+    if spec.attention != "auto":
+        columns |= {"attention_kernel": spec.attention, "attention_kernel_source": "forced"}
+    scratch = None
+    try:
+        if trace_path is None and spec.trace_attention:
+            channel.send("phase", phase="trace attention", step=0, of=ATTENTION_TRACE_STEPS)
+            if capture:
+                capture.before_step(measured_steps, "profile")
+            scratch = tempfile.mkdtemp(prefix="tpubench-attention-")
+            trace_path = backend.profile(step, ATTENTION_TRACE_STEPS, scratch)
+        if trace_path is not None:
+            found = traced.read(trace_path)
+            if found.kernel is not None:
+                columns |= {"attention_kernel": found.kernel, "attention_kernel_source": "trace"}
+            columns["attention_share"] = found.share
+    except traced.TraceError as error:  # said on stderr, which a run's log keeps
+        print(f"attention kernel and share not read from the trace: {error}", file=sys.stderr)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return columns
 
 
 def energy_window(backend: Backend) -> energy.Window | None:
@@ -407,15 +484,9 @@ def identity_columns(workload: Workload, config: Any, spec: RunSpec) -> dict[str
 def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload, config: Any) -> dict[str, Any]:
     """The memory estimate (per device: :func:`device_estimate`), and a ``skipped`` status
     when the run cannot fit on the device. Simulated devices share this host's memory, so
-    all of theirs must fit in it together.
-
-    For prefill and decode the estimate's sequence is the whole static cache, prompt plus
-    generated tokens.
+    all of theirs must fit in it together (:func:`run_estimate`).
     """
-    shape = shape_of(spec)
-    if spec.gen_len:
-        shape = replace(shape, seq_len=spec.seq_len + spec.gen_len)
-    estimate = device_estimate(workload, config, shape, spec.mode, getattr(torch, spec.dtype), parallel.layout_of(spec))
+    estimate = run_estimate(spec, backend.holds_attention_scores(spec.attention), workload, config)
     shared = spec.devices if spec.devices > 1 and backend.simulated_devices() else 1
     capacity = backend.memory_capacity_bytes()
     columns = {"estimated_mem_bytes": estimate, "baseline_mem_bytes": backend.memory_in_use_bytes()}
@@ -428,6 +499,18 @@ def admit(spec: RunSpec, backend: Backend, device_name: str, workload: Workload,
         "error": f"estimated {estimate / 2**30:.1f} GiB{each} exceeds the {capacity / 2**30:.1f} GiB "
         f"available on {device_name or spec.backend}",
     }
+
+
+def run_estimate(spec: RunSpec, holds_scores: bool, workload: Workload, config: Any) -> int:
+    """What one device of ``spec`` holds (:func:`device_estimate`), its attention counted as
+    holding the S x S scores or not (``holds_scores``: :meth:`Backend.holds_attention_scores`).
+    For prefill and decode the sequence is the whole static cache, prompt plus generated tokens.
+    The worker's admission and ``tpubench run``'s check before anything runs both use it."""
+    shape = shape_of(spec)
+    if spec.gen_len:
+        shape = replace(shape, seq_len=spec.seq_len + spec.gen_len)
+    with estimating(holds_scores):
+        return device_estimate(workload, config, shape, spec.mode, getattr(torch, spec.dtype), parallel.layout_of(spec))
 
 
 def device_estimate(
@@ -597,6 +680,7 @@ def verify_outputs(spec: RunSpec, path: str) -> dict[str, Any]:
     try:
         backend = get_backend(spec.backend)
         backend.setup(spec)
+        backend.use_attention(spec)  # the candidate's kernel: --verify checks what was measured
         workload = workload_for(spec)
         instance = build(
             workload,

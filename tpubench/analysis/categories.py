@@ -56,7 +56,10 @@ ATEN_RULES = _rules(
     # against the 21.7% of its collectives' union, collective_ms)
     ("other", r"^FSDP::"),
     ("collective", r"^c10d::|nccl|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"),
-    ("attention", r"attention|^aten::_?fused_sdp|flex_attention"),
+    # Inductor names a C++ template's kernel ``kernel`` (``graph_0_kernel`` with its profile
+    # events on): tpubench compiles without max-autotune, whose GEMM templates would be named so
+    # too, so the one template in its CPU graphs is flex attention's
+    ("attention", r"attention|^aten::_?fused_sdp|flex_attention|^graph_\d+_kernel$"),
     ("normalization", r"norm(_backward)?$|_norm_|batch_norm|group_norm|layer_norm|rms_norm"),
     ("convolution", r"conv(olution)?(_backward)?|conv[123]d|mkldnn_convolution"),
     ("matmul", r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|mv|addmv|dot|vdot|einsum|_scaled_mm|_int_mm)$"),

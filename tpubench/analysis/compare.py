@@ -46,6 +46,7 @@ import pandas as pd
 from tpubench.analysis.compiles import top_cause
 from tpubench.analysis.identity import CONFIG_KEYS, configurations
 from tpubench.analysis.nulls import is_missing
+from tpubench.analysis.precision import precision_of, quality_flag, quality_note
 from tpubench.analysis.ranktest import mann_whitney_p, u_counts
 from tpubench.analysis.steps import job_steps
 from tpubench.hostload import BUSY_SHARE, is_busy
@@ -174,14 +175,24 @@ COLUMNS = [
     "test_samples",
     "host_busy_runs",
     "env_diff",
+    "quality_ok",
     "verdict",
     "reason",
 ]
 
 
-def pair_keys(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame) -> list[str]:
-    """:data:`PAIR_KEYS`, plus backend and device where the two selections share any value."""
-    keys = list(PAIR_KEYS)
+#: ``compare --by``: the columns a comparison lets differ between its sides, so that runs
+#: pair across them (bf16 against fp8 of one configuration; a precision's dtype with it:
+#: fp32 and bf16 are precisions too)
+BY = {"precision": ("precision", "dtype"), "attention": ("attention",)}
+#: the columns whose differing values a comparison row names in its reason
+VARYING = ("precision", "dtype", "attention")
+
+
+def pair_keys(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, by: str | None = None) -> list[str]:
+    """:data:`PAIR_KEYS`, plus backend and device where the two selections share any value,
+    less the columns ``by`` lets differ (:data:`BY`)."""
+    keys = [key for key in PAIR_KEYS if key not in BY.get(by or "", ())]
     for column in SIDE_KEYS:
         if set(baseline_runs[column].dropna()) & set(candidate_runs[column].dropna()):
             keys.append(column)
@@ -381,15 +392,36 @@ def _annotated(rows: list[dict[str, Any]], base: pd.DataFrame, test: pd.DataFram
     if plans[0] != plans[1]:  # a plan's 1-device runs against plain ones (pairs)
         named = [" and ".join(sorted(map(str, plan))) for plan in plans]
         env_text += f"; 1-device runs of plan {named[0]} against plan {named[1]} (no plan applies to one device)"
+    env_text += "".join(f"; {name} {before} → {after}" for name, before, after in _varying(base, test))
+    quality = quality_note(test)  # a faster candidate that no longer computes the same model says so
+    env_text += f"; {quality}" if quality else ""
     across = head["base_backend"] != head["test_backend"] or head["base_device"] != head["test_device"]
     sides = f"{head['base_backend']} ({head['base_device']}) → {head['test_backend']} ({head['test_device']})"
+    flag = quality_flag(test)
     for row in rows:
         row["env_diff"] = "; ".join(differences) or None
+        row["quality_ok"] = flag
         row["reason"] = f"{row.get('reason', '')}{env_text}"
         if across:
             row["verdict"] = ACROSS.get(row["verdict"], row["verdict"])
             row["reason"] = f"across backends, {sides}: a difference, not a regression; {row['reason']}"
     return rows
+
+
+def _varying(base: pd.DataFrame, test: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The :data:`VARYING` columns whose values differ between the sides (``compare --by``
+    paired across them): each with both sides' values in words."""
+    found = []
+    for column in VARYING:
+        if column == "precision":
+            values = [set(precision_of(side).dropna()) for side in (base, test)]
+        elif column in base and column in test:
+            values = [set(side[column].dropna()) for side in (base, test)]
+        else:
+            continue
+        if values[0] != values[1]:
+            found.append((column, *(" and ".join(sorted(map(str, side))) or "-" for side in values)))
+    return found
 
 
 def _json_column(runs: pd.DataFrame, column: str) -> list[dict[str, Any]]:

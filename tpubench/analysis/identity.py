@@ -33,7 +33,7 @@ import pandas as pd
 
 from tpubench.analysis.shapes import shape_labels
 from tpubench.precision import choices as precisions
-from tpubench.spec import DIMENSIONS, KEY_FIELDS, model_label
+from tpubench.spec import ATTENTION_DEFAULT, DIMENSIONS, KEY_FIELDS, model_label
 
 #: the columns that make a configuration: a run's identity and the device it ran on
 _AFTER_BACKEND = KEY_FIELDS.index("backend") + 1
@@ -42,6 +42,8 @@ CONFIG_KEYS: tuple[str, ...] = (*KEY_FIELDS[:_AFTER_BACKEND], "device", *KEY_FIE
 ONE_DEVICE = {"devices": 1, "parallel": "none", "tp_size": 1, "scaling": None}
 #: a row from before multi-host runs ran on one host (as the store reads it: ``store.upgrade``)
 ONE_HOST = {"hosts": 1}
+#: a row from before ``--attention`` ran the backend's own kernel choice
+ANY_ATTENTION = {"attention": ATTENTION_DEFAULT}
 #: what a shape label reads of a row (:func:`tpubench.analysis.shapes.shape_labels`)
 SHAPE_COLUMNS = frozenset({"batch_size", *DIMENSIONS, "gen_len", *ONE_DEVICE, *ONE_HOST})
 
@@ -54,8 +56,9 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     frame = runs.copy()
     for column in CONFIG_KEYS:
         if column not in frame:
-            frame[column] = {**ONE_DEVICE, **ONE_HOST}.get(column)
+            frame[column] = {**ONE_DEVICE, **ONE_HOST, **ANY_ATTENTION}.get(column)
     frame = precisions.filled(frame)  # a row from before --precision: its dtype's plain one
+    frame["attention"] = frame["attention"].astype(object).where(frame["attention"].notna(), ATTENTION_DEFAULT)
     frame["hosts"] = pd.to_numeric(frame["hosts"]).fillna(1).astype("int64")
     devices = pd.to_numeric(frame["devices"]).fillna(1).astype("int64")
     one = devices == 1
@@ -108,16 +111,23 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
         ]
         columns.append(backends)
     models = _texts(frame["model_hash"]) if "model_hash" in frame else [None] * len(frame)
+    kernels = _texts(frame["attention"]) if "attention" in frame else [None] * len(frame)
     labels: list[object] = []
     named: dict[tuple[str, str, str | None], str] = {}
-    for parts, model in zip(zip(*columns, strict=True), models, strict=True):
-        if any(part is None or part is pd.NA for part in parts):  # as pandas' text: missing in, missing out
+    for parts, model, kernel in zip(zip(*columns, strict=True), models, kernels, strict=True):
+        # as pandas' text: missing in, missing out; but a null dtype is a comparison paired
+        # across dtypes (``compare --by precision``): its label leaves the dtype out
+        if dtype and parts[3] is None:
+            parts = (*parts[:3], *parts[4:])
+        if any(part is None or part is pd.NA for part in parts):
             labels.append(pd.NA)
             continue
         (workload, size, mode, *rest) = parts
         if (workload, size, model) not in named:  # a store has few models and many runs
             named[workload, size, model] = model_label(workload, size, model)
         label = " ".join([f"{named[workload, size, model]} {mode}", *(part for part in rest if part)])
+        if kernel not in (None, ATTENTION_DEFAULT):  # a forced kernel is a configuration of its own
+            label = f"{label} {kernel} attention"
         labels.append(label if model is None else f"{label} model {model[:8]}")
     return pd.Series(labels, index=frame.index, dtype=object)
 

@@ -9,6 +9,7 @@ never at import: planning and dispatching stay free of the 1 s ``import torch``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from abc import ABC, abstractmethod
@@ -25,6 +26,16 @@ if TYPE_CHECKING:  # torch is imported where a worker uses it: the registry stay
 
     from tpubench.compiles import Capture
 
+
+#: the ``--attention`` choices that are one of SDPA's backends, forced with ``sdpa_kernel``
+SDPA_KERNELS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "math": "MATH",
+    "cudnn": "CUDNN_ATTENTION",
+}
+#: the kernel forced for the rest of this worker process (:meth:`Backend.use_attention`)
+FORCED_ATTENTION = contextlib.ExitStack()
 
 #: how many devices a multi-device run may simulate where devices are simulated (gloo ranks
 #: sharing the host's CPUs, PJRT's virtual CPU devices); above it, runs are ``unavailable``
@@ -95,6 +106,13 @@ class Backend(ABC):
     #: whether workers may be forked from the zygote, which has imported torch with this
     #: backend's environment; False where importing torch brings a device runtime up
     forkable: bool = True
+    #: the ``--attention`` kernels it can force (:data:`tpubench.spec.ATTENTION_CHOICES`), checked
+    #: before anything runs; ``auto`` is its own choice
+    attention_kernels: tuple[str, ...] = ("auto", "math")
+    #: whether ``auto`` runs a fused attention kernel whatever the shape, so that the memory
+    #: estimate counts O(S) attention activations for it (else the S x S scores: an estimate
+    #: must not fall below the peak)
+    fused_attention_by_default: bool = False
 
     @property
     def worker_env(self) -> dict[str, str]:
@@ -131,6 +149,32 @@ class Backend(ABC):
     def setup(self, spec: RunSpec) -> None:
         """Configure the runtime from the run's settings before anything touches the device
         (a persistent compile cache, an eager mode)."""
+
+    def use_attention(self, spec: RunSpec) -> None:
+        """Force the run's ``--attention`` kernel for the rest of this process, which measures
+        one run: SDPA's backend through ``torch.nn.attention.sdpa_kernel``, flex attention
+        through :func:`workloads.attention.use`. ``auto`` changes nothing. Raises
+        :class:`workloads.attention.AttentionUnsupported` where this device cannot run it."""
+        choice = spec.attention
+        if choice == "auto":
+            return
+        if choice == "flex":
+            from workloads import attention
+
+            if spec.mode in ("prefill", "decode"):
+                raise attention.AttentionUnsupported(attention.FLEX_NO_CACHE)
+            FORCED_ATTENTION.enter_context(attention.use(attention.flex))
+            return
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        FORCED_ATTENTION.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_KERNELS[choice])))
+
+    @classmethod
+    def holds_attention_scores(cls, choice: str) -> bool:
+        """Whether attention under ``choice`` holds the S x S scores (SDPA's math path; ``auto``
+        where the backend's own choice is not always fused), which the memory estimate counts
+        (:func:`workloads.attention.estimating`)."""
+        return choice == "math" or (choice == "auto" and not cls.fused_attention_by_default)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """Wrap the model for execution (``torch.compile`` and friends). Eager: unchanged."""

@@ -15,6 +15,8 @@ from tpubench.backends.base import Availability, Backend, simulated_device_limit
 if TYPE_CHECKING:
     import torch
 
+    from tpubench.spec import RunSpec
+
 
 def cpu_model() -> str:
     """The processor's marketing name, e.g. "AMD EPYC 7B13", from /proc/cpuinfo when present."""
@@ -87,3 +89,13 @@ class CpuBackend(Backend):
 class CpuCompileBackend(dynamo.InductorCompiled, CpuBackend):
     name = "cpu-compile"
     description = "torch.compile (Inductor) on the host CPU"
+    attention_kernels = ("auto", "math", "flex")  # flex is fused only when compiled
+
+    def use_attention(self, spec: RunSpec) -> None:
+        """As every backend's, but a training run under flex attention is refused before it
+        compiles for minutes: torch's FlexAttention has no backward on a CPU."""
+        if spec.attention == "flex" and spec.mode == "train":
+            from workloads.attention import AttentionUnsupported
+
+            raise AttentionUnsupported("flex attention has no backward on a CPU (torch's FlexAttention); run infer")
+        super().use_attention(spec)

@@ -50,6 +50,8 @@ class CudaBackend(Backend):
     name = "cuda"
     device_kind = "cuda"
     description = "PyTorch eager on an NVIDIA GPU"
+    attention_kernels = ("auto", "flash", "efficient", "math", "cudnn")
+    fused_attention_by_default = True  # SDPA picks flash, memory-efficient (float32 too) or cuDNN
 
     def availability(self) -> Availability:
         import torch
@@ -134,3 +136,4 @@ class CudaBackend(Backend):
 class CudaCompileBackend(dynamo.InductorCompiled, CudaBackend):
     name = "cuda-compile"
     description = "torch.compile (Inductor/Triton) on an NVIDIA GPU"
+    attention_kernels = ("auto", "flash", "efficient", "math", "cudnn", "flex")

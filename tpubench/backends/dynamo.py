@@ -95,7 +95,7 @@ class InductorCompiled:
     def setup(self, spec: RunSpec) -> None:
         super().setup(spec)  # type: ignore[misc]
         use_cache_dir(spec.compile_cache)
-        if spec.profile_steps:
+        if spec.profile_steps or spec.trace_attention:
             name_kernels()
 
     def extra_metrics(self) -> dict[str, Any]:

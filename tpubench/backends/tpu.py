@@ -317,6 +317,16 @@ class TpuBackend(Backend):
     device_kind = "tpu"
     description = "TorchTPU eager on the native tpu device"
     forkable = False  # with autoload on, `import torch` loads torch_tpu and libtpu: start fresh
+    attention_kernels = ("auto", "math", "flash")
+
+    def use_attention(self, spec: RunSpec) -> None:
+        """``flash`` is ``unavailable``: TorchTPU's Pallas attention kernels have no public entry
+        point tpubench can call yet (torch_tpu 0.2); ``auto`` runs its own lowering of SDPA."""
+        if spec.attention == "flash":
+            from workloads.attention import AttentionUnsupported
+
+            raise AttentionUnsupported("TorchTPU exposes no flash attention kernel tpubench can call (torch_tpu 0.2)")
+        super().use_attention(spec)
 
     eager_mode = "defer_never"  # TorchTPU's default; --tpu-eager-mode sets it per run
     root = Path("/")  # where the PCI bus and /dev/vfio are read: a fake sysfs in the tests

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpubench.backends import dynamo
-from tpubench.backends.base import Availability, Backend, simulated_device_limit
+from tpubench.backends.base import FORCED_ATTENTION, Availability, Backend, simulated_device_limit
 from tpubench.backends.cpu import CpuBackend
 from tpubench.backends.tpu import (
     chips_env,
@@ -96,6 +96,7 @@ def tpu_subset_env(environ: dict[str, str] | os._Environ, chips: int) -> dict[st
 class XlaBackend(Backend):
     name = "xla"
     description = "PyTorch/XLA lazy tensors on the PJRT device (PJRT_DEVICE: TPU, CPU or CUDA)"
+    attention_kernels = ("auto", "math", "flash")  # auto: XLA's lowering of SDPA, which holds the scores
 
     root = Path("/")  # where the PCI bus and /dev/vfio are read: a fake sysfs in the tests
     counters: CounterTotals | None = None  # torch_xla's counters over the run's steps (set up by setup)
@@ -193,6 +194,29 @@ class XlaBackend(Backend):
         if pjrt == "TPU":
             return len(tpu_pci_devices(self.root)) or count
         return count
+
+    def use_attention(self, spec: RunSpec) -> None:
+        """``flash``: torch_xla's Pallas flash attention kernel (``custom_kernel.flash_attention``),
+        which runs on a TPU only; elsewhere the run is ``unavailable``. Read from torch_xla's
+        code, unverified on a chip (docs/long-context.md)."""
+        if spec.attention != "flash":
+            return super().use_attention(spec)
+        from workloads import attention
+
+        if _pjrt_device(self.root) != "TPU":
+            raise attention.AttentionUnsupported(
+                f"flash attention on xla is torch_xla's Pallas kernel, which needs a TPU; this PJRT device is "
+                f"{_pjrt_device(self.root)}"
+            )
+        from torch_xla.experimental.custom_kernel import flash_attention
+
+        def pallas_flash(q: Any, k: Any, v: Any, mask: Any, causal: bool) -> Any:
+            if mask is not None:
+                raise attention.AttentionUnsupported("torch_xla's flash attention takes no KV cache's mask")
+            return flash_attention(q, k, v, causal=causal)
+
+        FORCED_ATTENTION.enter_context(attention.use(pallas_flash))
+        return None
 
     def setup(self, spec: RunSpec) -> None:
         """Turn on SPMD for a multi-device run, XLA's persistent compilation cache and, to

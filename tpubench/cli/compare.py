@@ -27,7 +27,7 @@ from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, PriceError, load_prices
 from tpubench.analysis.select import SelectorError, select_runs
 from tpubench.analysis.shapes import whole_numbers
-from tpubench.cli.common import BadInput, app, console
+from tpubench.cli.common import BadInput, app, choose, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
 from tpubench.schema import SERVING
 from tpubench.store import StoreError
@@ -239,10 +239,19 @@ def comparison_table(comparison: pd.DataFrame, show_all: bool) -> tuple[Table, i
             _change(row["ratio"]),
             ci,
             "-" if row["p_value"] is None or row["p_value"] != row["p_value"] else f"{row['p_value']:.2g}",
-            Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], "")),
+            _verdict(row),
             row["reason"],
         )
     return table, len(comparison) - len(shown)
+
+
+def _verdict(row: dict[str, Any]) -> Text:
+    """The verdict, and beside it the quality flag of a candidate that no longer computes the
+    same model (``quality_ok`` false: faster, but not the model; its reason says by how much)."""
+    text = Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))
+    if row.get("quality_ok") is False:
+        text.append(" QUALITY OFF", style="bold red")
+    return text
 
 
 def cross_table(cross: pd.DataFrame) -> Table:
@@ -301,16 +310,17 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def run_comparison(
-    baseline: Selection, candidate: Selection, settings: compare.Settings
+    baseline: Selection, candidate: Selection, settings: compare.Settings, by: str | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
-    """The comparison frame and the pairing keys; overlapping selections are a BadInput."""
+    """The comparison frame and the pairing keys (less the columns ``by`` lets differ:
+    :data:`compare.BY`); overlapping selections are a BadInput."""
     shared = set(baseline.runs["run_id"]) & set(candidate.runs["run_id"])
     if shared:
         raise BadInput(
             f"--baseline {baseline.selector!r} and --candidate {candidate.selector!r} share {len(shared)} run(s); "
             "a run cannot be compared with itself"
         )
-    keys = compare.pair_keys(baseline.runs, candidate.runs)
+    keys = compare.pair_keys(baseline.runs, candidate.runs, by)
     frame = compare.compare_runs(
         baseline.runs, candidate.runs, baseline.steps, candidate.steps, settings, keys, candidate.compiles
     )
@@ -338,9 +348,19 @@ def compare_command(
     as_json: Annotated[bool, typer.Option("--json", help="Everything as JSON on stdout.")] = False,
     markdown: Annotated[Path | None, typer.Option(help="Also write the comparison as Markdown to this file.")] = None,
     fail_on_regression: Annotated[bool, typer.Option(help="Exit 1 when anything regressed.")] = False,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Pair runs across this setting ({', '.join(compare.BY)}): e.g. --by precision "
+            "--baseline precision=bf16 --candidate precision=fp8; a candidate that no longer computes the same "
+            "model is flagged (quality_ok)."
+        ),
+    ] = None,
 ) -> None:
     """Compare candidate runs with baseline runs: ratio, CI, significance and a verdict per metric.
     Serving points the selectors pick are compared too, in a section of their own."""
+    if by is not None:
+        choose("--by", [by], list(compare.BY))
     settings = settings_from(threshold, statistic)
     price_table = prices_from(prices)
     markdown = _output_file("--markdown", markdown)
@@ -358,7 +378,7 @@ def compare_command(
         frame, keys = pd.DataFrame(columns=compare.COLUMNS), []
     else:
         runs_skipped = None
-        frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings)
+        frame, keys = run_comparison(chosen_baseline, chosen_candidate, settings, by)
     serving = None
     if paired:
         try:

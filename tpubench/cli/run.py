@@ -29,6 +29,7 @@ from tpubench.cli.common import (
     writable_dir,
     writable_results,
 )
+from tpubench.cli.context import AttentionOption, attention_settings, refuse_what_cannot_fit, with_attention
 from tpubench.cli.planning import (
     DevicesOption,
     InputsOption,
@@ -119,6 +120,7 @@ def run(
         str | None, typer.Option(help=f"One of {', '.join(DTYPES)} (default: float32, or --precision's).")
     ] = None,
     precision: PrecisionOption = None,
+    attention: AttentionOption = None,
     devices: DevicesOption = None,
     parallel: ParallelOption = None,
     tp: TpOption = None,
@@ -207,6 +209,7 @@ def run(
     if tpu_eager_mode is not None:
         choose("TPU eager mode", [tpu_eager_mode], list(EAGER_MODES))
 
+    forced = attention_settings(attention, choice.backends)
     if compile_cache is not None:
         compile_cache = writable_dir("--compile-cache", compile_cache)
     specs = plan_runs(
@@ -224,11 +227,13 @@ def run(
         verify=verify,
         capture_compiles=capture_compiles,
         fail_on_recompile=fail_on_recompile,
+        **forced,
         **spread,
     )
     specs, precision_notes = precision_runs(choice, specs)
     out = Console(stderr=True, markup=False) if as_json else console
-    for note in [*left_out(choice.workloads, choice.sizes, choice.modes), *precision_notes]:
+    specs, without_kernel = with_attention(specs)
+    for note in [*left_out(choice.workloads, choice.sizes, choice.modes), *precision_notes, *without_kernel]:
         out.print(note, highlight=False)
     if not specs:
         raise BadInput("nothing to run: no chosen workload has the chosen sizes and modes")
@@ -236,6 +241,8 @@ def run(
     if not choice.backends:  # by default, only what this machine (or the fleet) can run
         available = fleet_backends(interpreters, ray_address) if fleet else local_backends(runner)
         specs = [spec for spec in specs if spec.backend in available]
+    if forced and not fleet:  # a long-context sweep: a length that cannot fit is refused before any run
+        refuse_what_cannot_fit(specs, runner)
     with suite_progress(runner, len(specs), out) as received:
         rows = fleet.run(runner, specs) if fleet else runner.run(specs)
     if fleet:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workloads.attention import activation_bytes, sdpa
 from workloads.base import GENERATION_MODES, MODES, Batch, Generation, ParallelPlan, Published, Shape, Workload
 
 
@@ -141,24 +142,26 @@ def estimate_memory_bytes(config: DecoderConfig, shape: Shape, mode: str, dtype:
     Tested against real peaks (``tests/test_memory.py``): it must not be below them, or a
     run passes the check and is then killed by the OOM killer. Train keeps weights,
     gradients and two AdamW moments, plus every layer's activations
-    (about 10 d + 4 d_ff values per token and the S x S attention scores per head) and
-    float32 logits three times over (logits, softmax, gradient). Inference keeps the
-    weights, one layer's activations and the logits.
+    (about 10 d + 4 d_ff values per token) and float32 logits three times over (logits,
+    softmax, gradient). Inference keeps the weights, one layer's activations and the logits.
+    Attention's own activations are O(S^2) per head where the kernel holds the scores and
+    O(S) where it is fused (:func:`workloads.attention.activation_bytes`).
     """
     batch_size, seq_len = shape.batch_size, shape.seq_len
     element = torch.finfo(dtype).bits // 8
     params = parameter_count(config)
     tokens = batch_size * seq_len
     layer_activations = tokens * (10 * config.d_model + 4 * config.d_ff) * element
-    layer_activations += batch_size * config.n_head * seq_len * seq_len * element
+    saved = config.n_layer if mode == "train" else 0  # the layers whose attention the backward keeps
+    scores = activation_bytes(batch_size, config.n_head, seq_len, seq_len, element, saved)
     logits_bytes = 3 * tokens * config.vocab_size * 4
     if mode == "train":
-        needed = 4 * params * element + config.n_layer * layer_activations + logits_bytes
+        needed = 4 * params * element + config.n_layer * layer_activations + scores + logits_bytes
     elif mode in GENERATION_MODES:  # seq_len is prompt + generated tokens: the cache's length
         cache = kv_cache_bytes(config, batch_size, seq_len, dtype)
-        needed = params * element + layer_activations + logits_bytes + cache
+        needed = params * element + layer_activations + scores + logits_bytes + cache
     else:
-        needed = params * element + layer_activations + logits_bytes
+        needed = params * element + layer_activations + scores + logits_bytes
     return int(needed * ALLOCATOR_HEADROOM)
 
 
@@ -209,7 +212,7 @@ def attention(
         repeat = q.shape[1] // keys.shape[1]
         keys = keys.repeat_interleave(repeat, dim=1)
         values = values.repeat_interleave(repeat, dim=1)
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal)
+    return sdpa(q, keys, values, attn_mask=mask, is_causal=causal)
 
 
 def prefill(model: nn.Module, batch: Batch, cache: KVCache) -> torch.Tensor:
