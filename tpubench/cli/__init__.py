@@ -39,6 +39,7 @@ COMMANDS = {
     "memory": "memory",
     "parity": "parity",
     "serving": "serving",
+    "compact": "compact",
 }
 
 
