@@ -577,28 +577,6 @@ def load_memory(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.D
     return load_table(results_dir, "memory", **filters)
 
 
-def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:
-    """Replace ``run``'s rows of the ops table by ``rows`` (``tpubench ops --ingest``).
-
-    They live in the file of the run's invocation, next to its runs file (same date
-    partition), which is rewritten atomically with the other runs' rows as they were.
-    Returns that file's path.
-    """
-    invocation = run["invocation_id"]
-    location = Location(results_dir)
-    runs_files = location.glob("runs", "date=*", f"{invocation}.parquet")
-    if not runs_files:
-        raise StoreError(f"no runs file for invocation {invocation!r} under {results_dir}")
-    date_dir, name = runs_files[0].split("/")[-2:]
-    path = location.join("ops", date_dir, name)
-    kept = []
-    if location.fs.exists(path):
-        kept = [row for row in location.read_table(path).to_pylist() if row["run_id"] != run["run_id"]]
-    fresh = [{"run_id": run["run_id"], "invocation_id": invocation, **row} for row in rows]
-    location.write_table(to_table(kept + fresh, "ops"), path)
-    return Path(path) if not location.remote else location.display(path)
-
-
 def upload_trace(results: str, run_id: str, local_dir: str, local_path: str) -> str:
     """Copy a run's trace folder, written locally by its worker, to ``results/traces/<run_id>/``
     in object storage; returns the URL of the file that ``local_path`` named there."""

@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tpubench import store
@@ -125,7 +126,7 @@ def compact_table(location: store.Location, table: str, cutoff: float) -> Compac
             plans[month] = sorted(earlier) + sorted(small)  # an invocation's newer version last
     if not plans:
         return Compacted(table, len(before), len(before), 0, 0, 0, time.perf_counter() - started)
-    commit = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:8]}"
+    commit = new_commit()
     outputs: dict[str, dict] = {}
     rows = written = 0
     skipped = []
@@ -134,8 +135,7 @@ def compact_table(location: store.Location, table: str, cutoff: float) -> Compac
         for path in inputs:  # each version's identity before it is read: a newer version stays live
             relative = state.relative(path)
             if store.is_compacted(relative):
-                covers |= state.manifests[state.outputs[relative]]["outputs"][relative]["covers"]
-                covers[relative] = ""
+                covers |= covers_of(state, path)
             else:
                 covers[relative] = store.signature(*state.stat(path))
         merged, unread = merge(location, inputs)
@@ -153,21 +153,81 @@ def compact_table(location: store.Location, table: str, cutoff: float) -> Compac
         remove(location, location.join(table, *relative.split("/")))
         rows -= outputs.pop(relative)["rows"]
     if outputs:
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "table": table,
-            "commit": commit,
-            "created_at": datetime.now(UTC).isoformat(),
-            "outputs": outputs,
-        }
-        store.write_bytes(
-            location, location.join(table, store.MANIFESTS, f"{commit}.json"), json.dumps(manifest).encode()
-        )
+        commit_manifest(location, table, commit, outputs)
     clean(location, store.table_state(location, table))
     after = len(store.table_state(location, table).live)
     return Compacted(
         table, len(before), after, len(outputs), rows, written, time.perf_counter() - started, tuple(skipped)
     )
+
+
+def new_commit() -> str:
+    """A commit's id: its UTC start, then random hex (unique: stores merged by copying keep both)."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:8]}"
+
+
+def commit_manifest(location: store.Location, table: str, commit: str, outputs: dict[str, dict]) -> None:
+    """The commit: the manifest naming ``outputs`` and what each covers, written whole."""
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "table": table,
+        "commit": commit,
+        "created_at": datetime.now(UTC).isoformat(),
+        "outputs": outputs,
+    }
+    store.write_bytes(location, location.join(table, store.MANIFESTS, f"{commit}.json"), json.dumps(manifest).encode())
+
+
+def covers_of(state: store.TableState, path: str) -> dict[str, str]:
+    """What a compacted file covers, itself included: what a file that replaces it covers."""
+    relative = state.relative(path)
+    return {**state.manifests[state.outputs[relative]]["outputs"][relative]["covers"], relative: ""}
+
+
+def replace_run_ops(results: str | Path, run: dict, rows: list[dict]) -> Path | str:
+    """Replace ``run``'s rows of the ops table by ``rows`` (``tpubench ops --ingest``); returns
+    the file written.
+
+    They live in the ops file of the run's invocation, next to its runs file (same date
+    partition), rewritten atomically with the other runs' rows as they were; or, once that
+    file was compacted, in its month's compacted file, which is rewritten the same way and
+    committed as a compaction is (a new file and a manifest that covers the old one).
+    """
+    invocation = run["invocation_id"]
+    location = store.Location(results)
+    fresh = store.to_table([{"run_id": run["run_id"], "invocation_id": invocation, **row} for row in rows], "ops")
+    with locked(location):
+        runs = store.table_state(location, "runs")
+        name = f"{invocation}.parquet"
+        found = [runs.relative(p) for p in runs.files if p.endswith(f"/{name}")] + [
+            relative for relative in runs.covered if relative.endswith(f"/{name}")
+        ]
+        if not found:
+            raise store.StoreError(f"no runs file for invocation {invocation!r} under {results}")
+        relative = f"{found[0].split('/')[0]}/{name}"
+        state = store.table_state(location, "ops")
+        path = location.join("ops", *relative.split("/"))
+        compacted = [
+            p for p in state.live if store.is_compacted(p) and month_of(state.relative(p)) == month_of(relative)
+        ]
+        if relative not in state.covered or path in state.live or not compacted:
+            kept = store.TABLES["ops"].empty_table()
+            if location.fs.exists(path):
+                kept = location.read_table(path)
+                kept = kept.filter(pc.not_equal(kept["run_id"], run["run_id"]))
+            location.write_table(pa.concat_tables([kept, fresh], promote_options="permissive"), path)
+            return Path(path) if not location.remote else location.display(path)
+        [old] = compacted
+        table = location.read_table(old)
+        table = table.filter(pc.not_equal(table["run_id"], run["run_id"]))
+        merged = pa.concat_tables([table, fresh], promote_options="permissive")
+        commit = new_commit()
+        output = f"date={month_of(relative)}/{store.COMPACTED_PREFIX}{commit}.parquet"
+        target = location.join("ops", *output.split("/"))
+        write_output(location, target, merged)
+        commit_manifest(location, "ops", commit, {output: {"rows": merged.num_rows, "covers": covers_of(state, old)}})
+        clean(location, store.table_state(location, "ops"))
+        return Path(target) if not location.remote else location.display(target)
 
 
 def merge(location: store.Location, inputs: list[str]) -> tuple[pa.Table | None, list[str]]:
