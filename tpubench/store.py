@@ -8,6 +8,11 @@ Layout, one file per suite invocation per table::
     results/compiles/date=YYYY-MM-DD/<invocation_id>.parquet
     results/memory/date=YYYY-MM-DD/<invocation_id>.parquet
 
+``tpubench compact`` later merges them per table and month into
+``results/TABLE/date=YYYY-MM/compacted-<commit>.parquet``, committed by a manifest in
+``results/TABLE/_compacted/`` (:mod:`tpubench.store_compact`); :func:`parquet_files` says which
+files make a table at any moment.
+
 An invocation rewrites its own files after every run (temp file, then rename; the ops
 and compiles files once a run has given them rows), so a
 crash loses at most the run in flight and a reader never sees half a file. Invocations
