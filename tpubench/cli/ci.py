@@ -417,6 +417,7 @@ def _serving_night(
     if history is not None:
         copied = store.append_store(out_dir / "results", history)
         console.print(f"history: {copied} file(s) appended to {history}", highlight=False)
+        _compact(history)
         crept = _serving_creep(history, tonight, creep_nights, settings, summary)
     console.print(f"summary: {summary}; results: {out_dir / 'results'}", highlight=False)
     if verdict == "regressed" or crept:
