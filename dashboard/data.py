@@ -221,12 +221,12 @@ def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFram
     if is_remote(location):
         return store.scan_table(location, table, columns)
     current: dict[str, tuple] = {}
-    for path in store.parquet_files(location, table):  # one file per invocation, named after it
+    for path in store.parquet_files(location, table):  # an invocation's own file, named after it, or a compacted one
         try:
             found = os.stat(path)
         except FileNotFoundError:  # removed since the listing
             continue
-        invocation = os.path.basename(path).removesuffix(".parquet")
+        invocation = store.file_invocation(path) or path  # a compacted file: many invocations, keyed by its path
         current[invocation] = (*current.get(invocation, ()), (found.st_ino, found.st_mtime_ns, found.st_size))
     with _INDEXED_LOCK:
         known, frame = _INDEXED.get((location, table, columns), ({}, None))
@@ -234,8 +234,10 @@ def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFram
         if frame is not None and not stale and known.keys() == current.keys():
             return frame.copy()
         # most files stale (the first read): all of them, unfiltered; a filter that names 400
-        # invocations cost more than reading them
-        everything = len(stale) > len(current) // 2
+        # invocations cost more than reading them. A compacted file new or gone (a compaction
+        # ran): all of them too, since its rows are not one invocation's
+        compacted = {key for key in stale + list(known.keys() - current.keys()) if store.is_compacted(key)}
+        everything = len(stale) > len(current) // 2 or bool(compacted)
         stale = sorted(current) if everything else stale
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -243,10 +245,16 @@ def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFram
                 fresh = store.scan_table(location, table, columns)
             else:
                 fresh = store.scan_table(location, table, columns, invocation_id=stale) if stale else None
-        unread = {i for i in stale for w in caught if f"{os.sep}{i}.parquet" in str(w.message)}
+        unread = {
+            i
+            for i in stale
+            for w in caught
+            if (i if store.is_compacted(i) else f"{os.sep}{i}.parquet") in str(w.message)
+        }
         for warning in caught:  # for _scan, which names the skipped files
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        kept = frame[frame["invocation_id"].isin(current.keys() - set(stale))] if frame is not None else None
+        dropped = set(stale) | (known.keys() - current.keys())  # rewritten or removed invocations' files
+        kept = frame[~frame["invocation_id"].isin(dropped)] if frame is not None and not everything else None
         pieces = [piece for piece in (kept, fresh) if piece is not None and len(piece)]
         frame = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0] if pieces else fresh
         if frame is None:

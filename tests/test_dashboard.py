@@ -25,7 +25,7 @@ from multi_device_rows import run_row, write_runs
 from streamlit.testing.v1 import AppTest
 
 from dashboard import RESULTS_ENV, STORE_SEPARATOR, catalog, data
-from tpubench import store
+from tpubench import store, store_compact
 from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import compare
 from tpubench.analysis.prices import PRICES
@@ -945,4 +945,11 @@ def test_the_index_reads_a_runs_file_again_only_when_it_changed(
     for _ in range(2):  # not remembered: named again on the next read
         loaded = index()
         assert set(loaded.frame["invocation_id"]) == {"inv-a", "inv-d"} and "inv-c.parquet" in loaded.skipped[0]
+    next(tmp_path.glob("runs/*/inv-c.parquet")).unlink()
+    # compacted: a file of many invocations, read whole once; a night written after it joins by name
+    store_compact.compact(tmp_path, older_than_s=0)
+    assert [store.is_compacted(path) for path in store.parquet_files(tmp_path, "runs")] == [True]
+    assert sorted(index().frame["status"]) == ["failed", "ok", "oom"] and reads[-1] is None
+    write("inv-e", "ok")
+    assert sorted(index().frame["status"]) == ["failed", "ok", "ok", "oom"] and reads[-1] == ["inv-e"]
     data.forget_indexed()

@@ -18,6 +18,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -168,3 +169,62 @@ def test_compare_and_the_dashboard_read_the_bucket_like_a_directory(s3: str, mon
     assert app.title[0].value == "Overview"
     latest = store.load_runs(results).sort_values("started_at")["invocation_id"].iloc[-1]
     assert app.selectbox(key="invocation").value == latest
+
+
+def test_a_bucket_store_compacts_atomically_and_every_reader_reads_it(s3: str) -> None:
+    """In a bucket the commit is the manifest's one PUT: the frames are the same after, pandas
+    and DuckDB read the compacted layout through fsspec, and a second compaction does nothing."""
+    results = f"{s3}/compacted"
+    for night in range(6):
+        when = datetime(2026, 10, 1, 3, tzinfo=UTC) + timedelta(days=9 * night)  # October and November
+        invocation = f"night{night}"
+        writer = store.InvocationWriter(results, invocation, when)
+        for number in range(2):
+            run_id = f"{invocation}-{number}"
+            ids = {"run_id": run_id, "invocation_id": invocation}
+            writer.add({**ids, "status": "ok", "started_at": when}, steps=[{**ids, "step": 0, "step_ms": 1.0 + night}])
+    before = {
+        table: store.load_table(results, table).sort_values("run_id", ignore_index=True) for table in ("runs", "steps")
+    }
+    done = in_process("compact --older-than 0 --results", results)
+    assert done.returncode == 0, done.stderr
+    assert "runs: 6 file(s) -> 2 (2 month(s) rewritten, 12 rows" in done.stdout
+    for table, frame in before.items():
+        pd.testing.assert_frame_equal(store.load_table(results, table).sort_values("run_id", ignore_index=True), frame)
+    location = store.Location(results)
+    names = sorted(path.rsplit("/", 1)[-1] for path in location.fs.find(location.join("runs")))
+    assert [name.split("-")[0] for name in names if not name.endswith(".json")] == [
+        "compacted"
+    ] * 2  # nothing covered left
+    assert len(names) == 3
+    assert len(pd.read_parquet(location.join("runs"), filesystem=location.fs)) == 12
+    connection = duckdb.connect()
+    connection.register_filesystem(location.fs)
+    count = connection.sql(f"select count(*) from read_parquet('{results}/steps/*/*.parquet', hive_partitioning=true)")
+    assert count.fetchall() == [(12,)]
+    again = in_process("compact --older-than 0 --results", results)
+    assert again.returncode == 0 and "runs: 2 file(s) -> 2 (0 month(s) rewritten" in again.stdout
+
+
+def test_compacting_a_bucket_without_write_access_is_refused_and_changes_nothing(s3: str) -> None:
+    """A bucket whose policy denies writes (moto enforces it): one error line, exit 2."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["FSSPEC_S3_ENDPOINT_URL"])
+    client.create_bucket(Bucket="read-only-results")
+    results = "s3://read-only-results/store"
+    store.InvocationWriter(results, "only", datetime(2026, 10, 1, tzinfo=UTC)).add({"run_id": "r", "status": "ok"})
+    denied = {"Effect": "Deny", "Principal": "*", "Action": ["s3:PutObject", "s3:DeleteObject"],
+              "Resource": "arn:aws:s3:::read-only-results/*"}  # fmt: skip
+    client.put_bucket_policy(
+        Bucket="read-only-results", Policy=json.dumps({"Version": "2012-10-17", "Statement": [denied]})
+    )
+    location = store.Location(results)
+    listed = sorted(location.fs.find(location.root))
+    done = in_process("compact --older-than 0 --results", results)
+    assert done.returncode == 2 and done.stderr.startswith(f"error: --results {results}: cannot write there")
+    assert len(done.stderr.strip().splitlines()) == 1
+    location.fs.invalidate_cache()
+    assert sorted(location.fs.find(location.root)) == listed
+    missing = in_process("compact --results s3://no-such-bucket/x")
+    assert missing.returncode == 2 and "not a results store" in missing.stderr

@@ -30,7 +30,7 @@ import pytest
 import torch
 from helpers import ROOT, command, in_process, one_error_line, tpubench, wait_for
 
-from tpubench import store
+from tpubench import store, store_compact
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, categorize
 from tpubench.runner import SuiteRunner, plan
@@ -306,6 +306,21 @@ def test_ingest_rebuilds_the_rows_the_worker_wrote(results: Path, cpu_run: dict,
         before[columns].sort_values(key).reset_index(drop=True), after[columns].sort_values(key).reset_index(drop=True)
     )
     assert len(store.load_ops(copy)) == len(store.load_ops(results))  # other runs' rows kept
+
+
+def test_ingest_into_a_compacted_store_rewrites_the_months_file(results: Path, cpu_run: dict, tmp_path: Path) -> None:
+    """Once the invocation's ops file was compacted, ingest replaces the run's rows in its
+    month's compacted file (a new one, committed by a manifest), never beside them."""
+    copy = copy_store(results, tmp_path / "results")
+    store_compact.compact(copy, older_than_s=0)
+    before = store.load_ops(copy)
+    assert all(store.is_compacted(path) for path in store.parquet_files(copy, "ops"))
+    done = in_process("ops --ingest", cpu_run["run_id"], "--results", copy)
+    assert done.returncode == 0, done.stderr  # before: "no runs file for invocation", the runs file compacted
+    after = store.load_ops(copy)
+    assert len(after) == len(before)  # the run's rows replaced, not added twice
+    assert all(store.is_compacted(path) for path in store.parquet_files(copy, "ops"))
+    assert len(store.load_ops(copy, run_id=cpu_run["run_id"])) == (before["run_id"] == cpu_run["run_id"]).sum()
 
 
 def test_top_ops_account_for_all_time_and_categories_for_all_of_it(results: Path, cpu_run: dict) -> None:

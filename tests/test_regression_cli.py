@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -405,6 +406,8 @@ def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
     night1 = store.load_runs(tmp_path / "night1" / "results")
     assert len(night1) == 5 and len(store.load_runs(history)) == 5
     _speed_up(history, night1["invocation_id"].iloc[0])  # the history's copy only
+    for path in history.rglob("*.parquet"):  # the first night, a day ago: the second compacts it
+        os.utime(path, (time.time() - 86400, time.time() - 86400))
 
     second = tpubench(
         CI, "--threads", "1", "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"),
@@ -413,6 +416,9 @@ def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
     assert second.returncode == 1, second.stdout + second.stderr
     assert "now holds 2 night(s)" in second.stdout and "creep: REGRESSED against invocation" in second.stdout
     assert len(store.load_runs(history)["invocation_id"].unique()) == 2
+    # ci compacted the history: the first night merged into its month's file, tonight's kept apart
+    assert "history: compacted" in second.stdout
+    assert sorted(store.is_compacted(path) for path in store.parquet_files(history, "steps")) == [False, True]
     summary = (tmp_path / "night2" / "summary.md").read_text()
     assert "## Slow creep: against 1 night(s) back\n\n**Regressed**" in summary
     # --threads 1 pins every worker, each row says so, and the verdict names the difference

@@ -8,6 +8,11 @@ Layout, one file per suite invocation per table::
     results/compiles/date=YYYY-MM-DD/<invocation_id>.parquet
     results/memory/date=YYYY-MM-DD/<invocation_id>.parquet
 
+``tpubench compact`` later merges them per table and month into
+``results/TABLE/date=YYYY-MM/compacted-<commit>.parquet``, committed by a manifest in
+``results/TABLE/_compacted/`` (:mod:`tpubench.store_compact`); :func:`parquet_files` says which
+files make a table at any moment.
+
 An invocation rewrites its own files after every run (temp file, then rename; the ops
 and compiles files once a run has given them rows), so a
 crash loses at most the run in flight and a reader never sees half a file. Invocations
@@ -25,7 +30,9 @@ at all; a PUT cut short leaves no object.
 
 from __future__ import annotations
 
+import contextlib
 import glob as stdlib_glob
+import json
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -200,6 +207,14 @@ class InvocationWriter:
 
 
 def parquet_files(results_dir: str | Path, table: str) -> list[str]:
+    """The files that make ``table`` now, sorted by path: THE list every reader reads.
+
+    Each invocation's own file (``TABLE/date=YYYY-MM-DD/<invocation_id>.parquet``) until a
+    ``tpubench compact`` has merged it into its month's file (``TABLE/date=YYYY-MM/
+    compacted-<id>.parquet``), then that file instead: the files a committed compaction
+    manifest covers are left out (:func:`table_state`), as are a crashed compaction's
+    uncommitted outputs, so a reader sees the old files or the new ones, never both.
+    """
     location = Location(results_dir)
     if not location.exists():
         if not location.remote and Path(results_dir).exists():
@@ -207,7 +222,115 @@ def parquet_files(results_dir: str | Path, table: str) -> list[str]:
         raise StoreError(f"results directory {str(results_dir)!r} does not exist")
     if (hint := table_folder_hint(results_dir)) is not None:
         raise StoreError(hint)
-    return location.glob(table, "date=*", "*.parquet")
+    return table_state(location, table).live
+
+
+#: a table's folder of compaction manifests: the leading underscore keeps pandas', pyarrow's
+#: and DuckDB's globs (``runs/*/*.parquet``) out of it
+MANIFESTS = "_compacted"
+#: the name a compacted file starts with, in its month's folder ``date=YYYY-MM``
+COMPACTED_PREFIX = "compacted-"
+
+
+def is_compacted(path: str) -> bool:
+    """Whether ``path`` is a compacted file (many invocations' rows of one month), not one
+    invocation's own file named after it."""
+    return path.rsplit("/", 1)[-1].startswith(COMPACTED_PREFIX)
+
+
+def signature(size: int, mtime: float) -> str:
+    """What identifies one version of an invocation's file, which its writer replaces whole:
+    its size and modification second (whole seconds: a copy by tar keeps only those)."""
+    return f"{size}:{int(mtime)}"
+
+
+class TableState:
+    """One table's files as its compaction manifests say they are (``tpubench compact``).
+
+    A manifest (``TABLE/_compacted/<commit>.json``) is committed whole: by one rename on a
+    local disk, by one PUT in a bucket. It names its compacted outputs and, for each, every
+    file whose rows it holds (``covers``: invocations' files with their :func:`signature`,
+    earlier compacted files, and what those covered in turn). The live files are the
+    manifests' outputs no later manifest covers, and the invocations' files no manifest
+    covers, or covers in another version (a writer that replaced its file after it was
+    compacted: its rows are kept, never lost). A compacted file no manifest names is a
+    crashed compaction's, not live; the next compaction removes it.
+    """
+
+    def __init__(self, location: Location, table: str):
+        self.location, self.table = location, table
+        self.folder = location.join(table)
+        self.manifests: dict[str, dict[str, Any]] = {}
+        self.info: dict[str, tuple[int, float]] = {}  # a bucket's listing: path -> (size, mtime)
+        if location.remote:
+            found = location.fs.find(self.folder, detail=True)
+            self.info = {path: (item.get("size") or 0, _mtime(item)) for path, item in found.items()}
+            self.files = sorted(
+                path for path in found if _in_partition(path[len(self.folder) + 1 :]) and path.endswith(".parquet")
+            )
+            names = sorted(path for path in found if path.startswith(f"{self.folder}/{MANIFESTS}/"))
+            names = [path for path in names if path.endswith(".json") and not path.rsplit("/", 1)[-1].startswith(".")]
+            texts = location.fs.cat(names) if names else {}
+        else:
+            self.files = location.glob(table, "date=*", "*.parquet")
+            names = location.glob(table, MANIFESTS, "*.json")
+            texts = {name: Path(name).read_bytes() for name in names}
+        for name in names:
+            with contextlib.suppress(KeyError, ValueError):  # a manifest removed since the listing
+                self.manifests[name] = json.loads(texts[name])
+        self.outputs: dict[str, str] = {}  # relative path -> manifest
+        self.covered: dict[str, str] = {}  # relative path -> signature ("" for a compacted file)
+        for name, manifest in self.manifests.items():
+            for output, about in manifest.get("outputs", {}).items():
+                self.outputs[output] = name
+                self.covered.update(about.get("covers", {}))
+
+    def relative(self, path: str) -> str:
+        return path[len(self.folder) + 1 :]
+
+    def stat(self, path: str) -> tuple[int, float]:
+        """(size, modification time) of a listed file."""
+        if self.location.remote:
+            return self.info[path]
+        found = os.stat(path)
+        return found.st_size, found.st_mtime
+
+    def is_live(self, path: str) -> bool:
+        relative = self.relative(path)
+        if relative in self.outputs:
+            return relative not in self.covered
+        if is_compacted(relative):  # no committed manifest names it: a crashed compaction's
+            return False
+        if relative not in self.covered:
+            return True
+        try:
+            return signature(*self.stat(path)) != self.covered[relative]
+        except FileNotFoundError:  # removed since the listing (by a compaction's clean-up)
+            return False
+
+    @cached_property
+    def live(self) -> list[str]:
+        return [path for path in self.files if self.is_live(path)]
+
+
+def table_state(location: Location, table: str) -> TableState:
+    return TableState(location, table)
+
+
+def _in_partition(relative: str) -> bool:
+    """``date=.../NAME.parquet`` directly under a table's folder (a bucket's listing is recursive)."""
+    parts = relative.split("/")
+    return len(parts) == 2 and parts[0].startswith("date=")
+
+
+def _mtime(item: dict[str, Any]) -> float:
+    """A bucket listing's modification time, as seconds since the epoch."""
+    stamp = item.get("LastModified") or item.get("mtime") or item.get("updated") or 0
+    if isinstance(stamp, datetime):
+        return stamp.timestamp()
+    if isinstance(stamp, str):
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return float(stamp)
 
 
 def table_folder_hint(results_dir: str | Path) -> str | None:
@@ -256,7 +379,8 @@ def scan_table(
     """:func:`load_table` for a big store: the work is pushed into the parquet reader.
 
     Only ``columns`` are read (default: all); an ``invocation_id`` filter picks the files
-    to open by name (each file is one invocation's); the other filters (equality or
+    to open by name (an invocation's own file is named after it; compacted files are all
+    opened); the other filters (equality or
     membership, as in :func:`load_table`) are applied while reading, so row groups they
     exclude are skipped and only matching rows reach pandas. Files are read in parallel as
     one pyarrow dataset; should one be unreadable, each is read alone and the unreadable
@@ -268,8 +392,8 @@ def scan_table(
         raise ValueError(f"cannot read or filter {sorted(unknown)}; columns: {', '.join(schema.names)}")
     wanted = {column: _members(value) for column, value in filters.items()}
     paths = parquet_files(results_dir, table)
-    if "invocation_id" in wanted:
-        paths = [path for path in paths if path.rsplit("/", 1)[-1].removesuffix(".parquet") in wanted["invocation_id"]]
+    if "invocation_id" in wanted:  # a compacted file holds many invocations: the row filter picks them
+        paths = [path for path in paths if is_compacted(path) or file_invocation(path) in wanted["invocation_id"]]
     expression = None
     for column, values in wanted.items():
         term = pc.field(column).isin(sorted(values))
@@ -345,6 +469,11 @@ def upgrade(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     return frame
 
 
+def file_invocation(path: str) -> str | None:
+    """The invocation whose own file ``path`` is (its name); None for a compacted file."""
+    return None if is_compacted(path) else path.rsplit("/", 1)[-1].removesuffix(".parquet")
+
+
 def _members(value: Any) -> set[Any]:
     """A filter value as the set of values it accepts (a scalar accepts itself)."""
     return set(value) if isinstance(value, (list, tuple, set, frozenset)) else {value}
@@ -361,26 +490,60 @@ def load_steps(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.Da
 
 
 def append_store(source: str | Path, target: str | Path, tables: Iterable[str] = tuple(TABLES)) -> int:
-    """Copy every table file of the store ``source`` into the store ``target`` (a local
+    """Copy every live table file of the store ``source`` into the store ``target`` (a local
     directory or a bucket), at the same path; returns how many were copied.
 
-    Each file is one invocation's, named by its id, so stores merge without collisions
-    (``cp -rn``'s rule: a file ``target`` already has is kept). What ``tpubench ci --history``
-    does each night, so that one store holds every night for ``regressions``, the
-    dashboard's Trends and the next night's creep check. ``tables``: only these (``tpubench
-    ci --serving`` copies a sweep's serving points into tonight's results).
+    Each file is one invocation's, named by its id, or a compacted file with a unique name,
+    so stores merge without collisions (``cp -rn``'s rule: a file ``target`` already has, or
+    has compacted, is kept). A compacted file's manifest is copied after it, so that the
+    target reads it only once it is whole. What ``tpubench ci --history`` does each night,
+    so that one store holds every night for ``regressions``, the dashboard's Trends and the
+    next night's creep check. ``tables``: only these (``tpubench ci --serving`` copies a
+    sweep's serving points into tonight's results).
     """
     origin, destination = Location(source), Location(target)
     copied = 0
     for table in tables:
-        for path in origin.glob(table, "date=*", "*.parquet"):
-            relative = path[len(origin.root) + 1 :]
-            goal = destination.join(*relative.split("/"))
-            if destination.fs.exists(goal):
+        state, there = table_state(origin, table), table_state(destination, table)
+        has = set(there.covered) | {there.relative(path) for path in there.files}
+        manifests = set()
+        for path in state.live:
+            relative = state.relative(path)
+            if relative in has:
                 continue
-            destination.write_table(origin.read_table(path), goal)
+            destination.write_table(origin.read_table(path), destination.join(table, *relative.split("/")))
             copied += 1
+            if relative in state.outputs:
+                manifests.add(state.outputs[relative])
+        held = {there.relative(path): path for path in there.files}
+        for name in sorted(manifests):  # after the files they name: the commit, as in a compaction
+            manifest = json.loads(json.dumps(state.manifests[name]))
+            for about in manifest["outputs"].values():  # an invocation's file the target holds too: its copy
+                for relative in about["covers"].keys() & held.keys():
+                    about["covers"][relative] = "" if is_compacted(relative) else signature(*there.stat(held[relative]))
+            goal = destination.join(table, MANIFESTS, name.rsplit("/", 1)[-1])
+            write_bytes(destination, goal, json.dumps(manifest).encode())
     return copied
+
+
+def write_bytes(location: Location, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a hidden temporary file renamed over it
+    on a local disk, one PUT in a bucket."""
+    if location.remote:
+        location.fs.pipe_file(path, data)
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def recorded_path(results_dir: str | Path, path: str) -> str:
@@ -424,28 +587,6 @@ def load_memory(results_dir: Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.D
     """A run's memory breakdown per rank and, with --profile-memory, its timeline by category
     (docs/schema.md); e.g. ``load_memory("results", run_id=run_id)``. Older stores load empty."""
     return load_table(results_dir, "memory", **filters)
-
-
-def replace_run_ops(results_dir: str | Path, run: dict[str, Any], rows: list[dict[str, Any]]) -> Path | str:
-    """Replace ``run``'s rows of the ops table by ``rows`` (``tpubench ops --ingest``).
-
-    They live in the file of the run's invocation, next to its runs file (same date
-    partition), which is rewritten atomically with the other runs' rows as they were.
-    Returns that file's path.
-    """
-    invocation = run["invocation_id"]
-    location = Location(results_dir)
-    runs_files = location.glob("runs", "date=*", f"{invocation}.parquet")
-    if not runs_files:
-        raise StoreError(f"no runs file for invocation {invocation!r} under {results_dir}")
-    date_dir, name = runs_files[0].split("/")[-2:]
-    path = location.join("ops", date_dir, name)
-    kept = []
-    if location.fs.exists(path):
-        kept = [row for row in location.read_table(path).to_pylist() if row["run_id"] != run["run_id"]]
-    fresh = [{"run_id": run["run_id"], "invocation_id": invocation, **row} for row in rows]
-    location.write_table(to_table(kept + fresh, "ops"), path)
-    return Path(path) if not location.remote else location.display(path)
 
 
 def upload_trace(results: str, run_id: str, local_dir: str, local_path: str) -> str:

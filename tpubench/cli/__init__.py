@@ -40,6 +40,7 @@ COMMANDS = {
     "parity": "parity",
     "serving": "serving",
     "import": "imports",
+    "compact": "compact",
 }
 
 

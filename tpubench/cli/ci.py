@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pandas as pd
+import pyarrow as pa
 import typer
 
 from tpubench import store
@@ -325,7 +326,7 @@ def ci_command(
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
     results_dir = out.resolve() / "results"
-    if results_dir.exists() and any(results_dir.glob("runs/date=*/*.parquet")):
+    if results_dir.is_dir() and store.parquet_files(results_dir, "runs"):
         raise BadInput(f"--out {out}: {results_dir} already holds runs; give the job an empty folder")
     if serving_only and serving is None:
         raise BadInput("--serving-only needs --serving STORE: tonight's serving points to compare")
@@ -427,6 +428,7 @@ def _serving_night(
     if history is not None:
         copied = store.append_store(out_dir / "results", history)
         console.print(f"history: {copied} file(s) appended to {history}", highlight=False)
+        _compact(history)
         crept = _serving_creep(history, tonight, creep_nights, settings, summary)
     console.print(f"summary: {summary}; results: {out_dir / 'results'}", highlight=False)
     if verdict == "regressed" or crept:
@@ -532,6 +534,7 @@ def _history(
         f"history: {copied} file(s) appended to {history}, which now holds {len(starts)} night(s)",
         highlight=False,
     )
+    _compact(history)
     if not earlier:
         return False
     reference = earlier[-nights] if len(earlier) >= nights else earlier[0]
@@ -554,6 +557,25 @@ def _history(
     for label, row in _labels(compare.regressions(creep)):
         console.print(f"  {label}: {row['reason']}", highlight=False)
     return verdict == "regressed"
+
+
+def _compact(history: str) -> None:
+    """Merge the history's files of earlier nights into their months' files, so that a store
+    that gains a night's files every night never needs a manual ``tpubench compact``: its
+    readers open a few files per table and month, not one per night. Tonight's files, an hour
+    old at most, wait for the next night (the command's default ``--older-than``). A failure
+    is said and does not fail the night: the store is as it was, only less compact."""
+    from tpubench import store_compact
+    from tpubench.cli.compact import DEFAULT_OLDER_THAN, parse_duration
+
+    try:
+        done = store_compact.compact(history, older_than_s=parse_duration(DEFAULT_OLDER_THAN))
+    except (StoreError, OSError, ValueError, pa.ArrowException) as error:
+        console.print(f"history: could not compact {history}: {error}", highlight=False)
+        return
+    changed = [f"{item.table} {item.files_before} -> {item.files_after}" for item in done if item.months]
+    if changed:
+        console.print(f"history: compacted earlier nights' files ({', '.join(changed)} files)", highlight=False)
 
 
 def _labels(rows: pd.DataFrame) -> list[tuple[str, dict]]:

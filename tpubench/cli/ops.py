@@ -17,7 +17,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from tpubench import peaks, store, viewer
+from tpubench import peaks, store, store_compact, viewer
 from tpubench.analysis import ops as analysis
 from tpubench.analysis.categories import CATEGORIES, SOURCES
 from tpubench.analysis.identity import config_labels
@@ -358,7 +358,7 @@ def _rebuild(results_dir: Path, run_id: str) -> None:
         rows = ingest(path, _value(run, "profile_steps"), devices=int(_value(run, "devices") or 1))
     except TraceError as error:
         raise BadInput(f"run {run['run_id']}: {error}; the store is unchanged") from error
-    written = store.replace_run_ops(results_dir, run, rows)
+    written = store_compact.replace_run_ops(results_dir, run, rows)
     tool = rows[0]["tool"] if rows else "no ops"
     console.print(f"run {run['run_id']}: {len(rows)} ops rows from {path} ({tool}) -> {written}")
 
