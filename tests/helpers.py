@@ -48,7 +48,11 @@ INTERPRETER_DIRS = tuple(dict.fromkeys((sys.prefix, sys.base_prefix, sys.exec_pr
 
 
 def in_process(
-    line: str, *args: str | Path, env: Mapping[str, str] | None = None, cwd: str | Path = ROOT
+    line: str,
+    *args: str | Path,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path = ROOT,
+    starts_runs: bool = False,
 ) -> subprocess.CompletedProcess:
     """The CLI's entry point run in this process, like ``tpubench(line, *args)`` without a new
     interpreter, which imports torch and the registry again (5-8 CPU-seconds a call on CI's
@@ -56,6 +60,12 @@ def in_process(
     Not for a command that starts runs: a process left running when it returns (a worker's
     fork server) is an error here, CPU no test measures. One subprocess test per command
     keeps checking the real process (its exit status, its one line, no traceback).
+    ``starts_runs=True`` is for a fixture's runs, whose command is not what the test checks
+    (a store to read): the runs fork from this process's fork server
+    (:func:`tpubench.launch.zygote.zygote_for`), started once and kept for the next call with
+    the same interpreter and environment, as the runner's own tests keep it; a CLI and a
+    fork server started per call cost 5 CPU-seconds before a tiny run's first step. The fork
+    server is the one process the call may leave running.
 
     The call leaves this process as it found it, as a subprocess would: ``os.environ``
     (``env`` is applied for the call only; the CLI sets TORCH_DEVICE_BACKEND_AUTOLOAD,
@@ -106,6 +116,11 @@ def in_process(
             if where and not where.startswith(OWN_PACKAGES + INTERPRETER_DIRS):
                 del sys.modules[name]  # the user's model, a test's plugin module: imported afresh next time
     started = [child for child in psutil.Process().children(recursive=True) if child.pid not in children]
+    if starts_runs:
+        from tpubench.launch import zygote
+
+        kept = {server.process.pid for server in zygote._ZYGOTES.values() if server.alive()}
+        started = [child for child in started if child.pid not in kept]
     assert not started, (
         f"{' '.join(argv)} left {started} running: not a command for in_process, which is for those that start "
         "nothing (a worker's fork server here is CPU no test measures, and a process the test leaks)"

@@ -159,17 +159,19 @@ def test_run_llm_suite_end_to_end(results_dir: Path, backends: tuple[str, ...]) 
 
 
 def test_resume_skips_runs_already_stored_with_the_same_fingerprint(results_dir: Path) -> None:
+    """The skip through the real process; the runs in this process, on one fork server
+    (helpers.in_process), which spares a CLI and a fork server started per run."""
     args = [
         "run --workload gpt2 --backend cpu --mode infer --steps 2 --results",
         str(results_dir),
     ]
-    assert tpubench(*args).returncode == 0
+    assert in_process(*args, starts_runs=True).returncode == 0
     again = tpubench(*args, "--resume")
     assert again.returncode == 0 and "skipped 1 run" in again.stdout
     assert len(store.load_runs(results_dir)) == 1
     # a resumed run must match what is asked: shape, measured steps, warm-up and tags
     for n, changed in enumerate(["--batch-size 2", "--steps 3", "--warmup 1", "--tag night=1"], start=2):
-        other = tpubench(*args, "--resume", *changed.split())
+        other = in_process(*args, "--resume", *changed.split(), starts_runs=True)
         assert other.returncode == 0 and "skipped" not in other.stdout, changed
         assert len(store.load_runs(results_dir)) == n
 

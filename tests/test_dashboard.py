@@ -60,8 +60,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (f"{night} --tag night=1", None),
         (f"{night} --tag night=2", None),
     ]
-    for line, env in lines:
-        done = tpubench(f"run {line} --results", str(path), env=env)
+    for line, env in lines:  # in this process: its fork server serves every run (helpers.in_process)
+        done = in_process(f"run {line} --results", path, env=env, starts_runs=True)
         assert done.returncode == 0, done.stderr
     return path
 
@@ -88,14 +88,16 @@ def merged(results: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     root = tmp_path_factory.mktemp("machines")
     machine_a, machine_b = root / "a", root / "b"
     shutil.copytree(results, machine_a)
-    done = tpubench("ceilings --backend cpu --kind matmul --max-size 128 --dtype float32 --results", str(machine_b))
+    done = in_process(
+        "ceilings --backend cpu --kind matmul --max-size 128 --dtype float32 --results", machine_b, starts_runs=True
+    )
     assert done.returncode == 0, done.stderr
     for target, line in (
         (machine_b, f"{TINY} --mode infer --batch-size 3 --seq-len 16 --tag night=1"),
         (machine_a, f"{TINY} --mode infer --batch-size 2 --seq-len 32 --tag night=3"),
         (machine_b, f"{TINY} --mode infer --batch-size 3 --seq-len 16 --tag night=2"),
     ):
-        done = tpubench(f"run {line} --results", str(target))
+        done = in_process(f"run {line} --results", target, starts_runs=True)
         assert done.returncode == 0, done.stderr
     relabel(machine_b, host="machine-b", device="Other CPU")
     (root / "merged").mkdir()
@@ -581,8 +583,10 @@ def test_compilation_of_a_compiled_run_draws_its_compile_count_per_step(
     """A real cpu-compile run of ``compile-clean`` (tests/compile_workloads.py: a Linear and a
     ReLU, which Inductor compiles in a fraction of gpt2's 50 CPU-seconds)."""
     results = tmp_path / "results"
-    done = tpubench(
-        "run --workload compile-clean --backend cpu-compile --mode infer --steps 5 --warmup 1 --results", str(results)
+    done = in_process(
+        "run --workload compile-clean --backend cpu-compile --mode infer --steps 5 --warmup 1 --results",
+        results,
+        starts_runs=True,
     )
     assert done.returncode == 0, done.stderr
     app = serve(results, "Compilation")
@@ -868,10 +872,10 @@ def test_ceilings_draws_each_kind_and_runs_show_mfu_of_the_measured_ceiling(serv
 
     path = tmp_path / "results"
     for line in ("--kind matmul --max-size 128", "--kind memory --max-size 1048576"):
-        done = tpubench(f"ceilings --backend cpu {line} --dtype float32 --results", str(path))
+        done = in_process(f"ceilings --backend cpu {line} --dtype float32 --results", path, starts_runs=True)
         assert done.returncode == 0, done.stderr
     assert "a cache's figure: no array reached" in " ".join(done.stdout.split()), done.stdout  # not "best"
-    done = tpubench(f"run {TINY} --mode infer --steps 2 --results", str(path))
+    done = in_process(f"run {TINY} --mode infer --steps 2 --results", path, starts_runs=True)
     assert done.returncode == 0, done.stderr
     app = serve(path, "Ceilings")
     assert app.title[0].value == "Ceilings"

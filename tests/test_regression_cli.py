@@ -27,8 +27,8 @@ TINY = "--workload gpt2 --size tiny --backend cpu --mode infer --steps 8 --warmu
 def two_sides(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store with four invocations of the same tiny run: two tagged side=a, then two side=b."""
     results = tmp_path_factory.mktemp("compare") / "results"
-    for label in ("a", "a", "b", "b"):
-        done = tpubench(f"run {TINY} --batch-size 2 --tag side={label} --results", str(results))
+    for label in ("a", "a", "b", "b"):  # in this process: its fork server serves every run (helpers.in_process)
+        done = in_process(f"run {TINY} --batch-size 2 --tag side={label} --results", results, starts_runs=True)
         assert done.returncode == 0, done.stderr
     return results
 
@@ -125,7 +125,7 @@ def test_a_stores_runs_folder_is_refused_with_the_store_to_give(two_sides, tmp_p
 
 
 def test_run_prints_the_store_to_give_other_commands(results_dir):
-    done = tpubench(f"run {TINY} --steps 2 --results", str(results_dir))
+    done = in_process(f"run {TINY} --steps 2 --results", results_dir, starts_runs=True)
     assert done.returncode == 0, done.stderr
     [printed] = [line for line in done.stdout.splitlines() if line.startswith("results: ")]
     given = printed.removeprefix("results: ").split(" (invocation")[0]
@@ -185,7 +185,7 @@ def test_older_schema_files_load_and_compare(two_sides, tmp_path):
     # dimensions load as null, which must match the spec's None
     tags = old.column_names.index("tags")
     pq.write_table(old.set_column(tags, "tags", pa.array(['{"side": "old"}'] * len(old))), path)
-    resumed = tpubench(f"run {TINY} --batch-size 2 --tag side=old --resume --results", str(mixed))
+    resumed = in_process(f"run {TINY} --batch-size 2 --tag side=old --resume --results", mixed, starts_runs=True)
     assert resumed.returncode == 0 and "--resume: skipped 1 run(s)" in resumed.stdout, resumed.stdout
 
 
@@ -398,9 +398,12 @@ def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
     """On two real nights: each night is appended to --history, which
     the next night reads; tonight is also compared with a night back there (slow creep, here
     made a sure regression by scaling that night's steps in the history); the second night runs
-    with --threads 1 and its verdicts say that OMP_NUM_THREADS differs from the baseline's."""
+    with --threads 1 and its verdicts say that OMP_NUM_THREADS differs from the baseline's.
+    Both nights as the nightly workflow's CPU runner has them (--statistic min, its matrix's),
+    in real processes: .ci/run relies on this test for the workflow's command."""
     history = tmp_path / "history"
-    first = tpubench(CI, "--out", str(tmp_path / "night1"), "--history", str(history))
+    nightly = f"{CI} --statistic min"
+    first = tpubench(nightly, "--out", str(tmp_path / "night1"), "--history", str(history))
     assert first.returncode == 0, first.stdout + first.stderr
     assert "no baseline: nothing compared" in first.stdout and "now holds 1 night(s)" in first.stdout
     night1 = store.load_runs(tmp_path / "night1" / "results")
@@ -410,8 +413,8 @@ def test_ci_nights_accumulate_in_a_history_that_catches_creep(tmp_path):
         os.utime(path, (time.time() - 86400, time.time() - 86400))
 
     second = tpubench(
-        CI, "--threads", "1", "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"),
-        "--history", str(history),
+        nightly, "--threads", "1", "--out", str(tmp_path / "night2"),
+        "--baseline", str(tmp_path / "night1" / "results"), "--history", str(history),
     )  # fmt: skip
     assert second.returncode == 1, second.stdout + second.stderr
     assert "now holds 2 night(s)" in second.stdout and "creep: REGRESSED against invocation" in second.stdout
@@ -441,9 +444,9 @@ def test_a_night_against_too_few_baseline_runs_says_inconclusive(tmp_path):
     --fail-on-inconclusive turns it into exit 3."""
     base = tmp_path / "base"
     one_run = "run --workload gpt2 --size tiny --backend cpu --mode infer --steps 5 --warmup 1 --results"
-    done = tpubench(one_run, str(base))
+    done = in_process(one_run, base, starts_runs=True)
     assert done.returncode == 0, done.stderr
-    night = tpubench(CI, "--out", str(tmp_path / "night"), "--baseline", str(base), "--fail-on-inconclusive")
+    night = in_process(CI, "--out", tmp_path / "night", "--baseline", base, "--fail-on-inconclusive", starts_runs=True)
     assert night.returncode == 3, night.stdout + night.stderr
     assert "INCONCLUSIVE: no regression shown" in night.stdout and "no regression (" not in night.stdout
     summary = (tmp_path / "night" / "summary.md").read_text()
@@ -490,17 +493,17 @@ def make_inputs(batch_size, generator, **dims):
 
 def _sleepy_nights(tmp_path: Path, first: dict[str, str], second: dict[str, str]) -> subprocess.CompletedProcess:
     """Two real `tpubench ci` nights of :data:`SLEEPY_MODEL`, five rounds each, the median per
-    run; the second against the first. The second night's process."""
+    run; the second against the first. What the second night did (its exit status and output)."""
     model = tmp_path / "sleepy.py"
     model.write_text(SLEEPY_MODEL)
     line = (
         f"ci --model {model}:make_model --inputs {model}:make_inputs --backend cpu --mode infer "
         "--steps 8 --warmup 1 --rounds 5 --statistic median"
     )
-    night1 = tpubench(line, "--out", str(tmp_path / "night1"), env=first)
+    night1 = in_process(line, "--out", tmp_path / "night1", env=first, starts_runs=True)
     assert night1.returncode == 0, night1.stdout + night1.stderr
-    return tpubench(
-        line, "--out", str(tmp_path / "night2"), "--baseline", str(tmp_path / "night1" / "results"), env=second
+    return in_process(
+        line, "--out", tmp_path / "night2", "--baseline", tmp_path / "night1" / "results", env=second, starts_runs=True
     )
 
 
@@ -589,7 +592,9 @@ def test_ci_refusing_its_input_leaves_no_out_folder(tmp_path, extra, message):
 def test_ci_pins_the_shape_as_run_does(tmp_path):
     """A nightly could not hold a serving shape: `ci` had no --batch-size, --seq-len, --gen-len."""
     line = CI.replace("--mode infer", "--mode decode").replace("--steps 5", "--steps 2")
-    done = tpubench(line, "--batch-size", "3", "--prompt-len", "12", "--gen-len", "4", "--out", str(tmp_path / "n"))
+    done = in_process(
+        line, "--batch-size", "3", "--prompt-len", "12", "--gen-len", "4", "--out", tmp_path / "n", starts_runs=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = store.load_runs(tmp_path / "n" / "results")
     shapes = set(zip(rows["batch_size"], rows["seq_len"], rows["gen_len"], rows["mode"], strict=True))

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import another_sweep, in_process, one_error_line, tpubench, write_sweeps
+from helpers import another_sweep, in_process, one_error_line, write_sweeps
 from test_ops import copy_store, profiled, set_trace_path
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
@@ -322,7 +322,7 @@ def test_roofline_reads_the_stores_measured_ceilings(results: Path, cpu_run: dic
     (its rows as a sweep without --max-size writes them) sets it, and the output names it."""
     measured = copy_store(results, tmp_path / "measured")
     for line in ("--kind matmul --max-size 128", "--kind memory --max-size 1048576"):
-        done = tpubench(f"ceilings --backend cpu {line} --dtype float32 --results", str(measured))
+        done = in_process(f"ceilings --backend cpu {line} --dtype float32 --results", measured, starts_runs=True)
         assert done.returncode == 0, done.stderr
     done = in_process(f"roofline {cpu_run['run_id']} --json --results", str(measured))
     assert done.returncode == 0, done.stderr

@@ -29,8 +29,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
         f"{VISION} --workload toy-latent --mode infer --image-size 16,24 --tag side=b",
     ]
     outputs = []
-    for line in lines:
-        done = tpubench(f"run {line} --results", str(path), env={**SHAPES, "COLUMNS": "200"})
+    for line in lines:  # in this process: its fork server serves every run (helpers.in_process)
+        done = in_process(f"run {line} --results", path, env={**SHAPES, "COLUMNS": "200"}, starts_runs=True)
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     return path, outputs
@@ -146,7 +146,7 @@ def test_a_suite_of_sizes_picks_each_workloads_own(shape_workloads: None) -> Non
 
 
 def test_list_shows_suites_dimensions_and_published_counts() -> None:
-    done = tpubench("list --json", env=SHAPES)
+    done = in_process("list --json", env=SHAPES)  # the real process: test_regression_cli's list test
     assert done.returncode == 0, done.stderr
     entries = {entry["name"]: entry for entry in json.loads(done.stdout)}
     vision = entries["toy-vision"]
@@ -156,7 +156,7 @@ def test_list_shows_suites_dimensions_and_published_counts() -> None:
     assert small["suites"] == ["toys", "toy-images", "toy-benchmark"]
     assert small["params"] == small["published_params"] == 3 * 9 * 16 + 16 + 16 * 10 + 10
     assert small["published_source"] == "test-only: counted by hand"
-    table = tpubench("list --suite toys", env={**SHAPES, "COLUMNS": "200"})
+    table = in_process("list --suite toys", env={**SHAPES, "COLUMNS": "200"})
     assert "2xi16 / 4xi32" in table.stdout and "counted by hand" in table.stdout
 
 
