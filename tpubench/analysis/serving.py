@@ -31,7 +31,7 @@ import pandas as pd
 
 from tpubench.analysis.identity import serving_lines, serving_load_labels
 from tpubench.analysis.prices import Price, device_kind, device_price
-from tpubench.serving.metrics import parse_slos
+from tpubench.serving.metrics import cost_per_m_output_tokens, parse_slos
 
 #: the latencies a curve can be drawn against, and their labels
 LATENCIES = {
@@ -79,13 +79,17 @@ def usd_per_hour(points: pd.DataFrame, prices: Mapping[str, Price]) -> pd.Series
 
 
 def with_costs(frame: pd.DataFrame, hourly: pd.Series, tokens_per_s: pd.Series) -> pd.DataFrame:
-    """``frame`` with ``usd_per_hour``, ``output_tokens_per_usd`` and ``cost_per_m_output_tokens``."""
+    """``frame`` with ``usd_per_hour``, ``output_tokens_per_usd`` and ``cost_per_m_output_tokens``
+    (:func:`tpubench.serving.metrics.cost_per_m_output_tokens`, the stored cost's formula)."""
+    costs = [
+        cost_per_m_output_tokens(
+            None if pd.isna(price) or price <= 0 else float(price), None if pd.isna(rate) else float(rate)
+        )
+        for price, rate in zip(hourly.tolist(), tokens_per_s.tolist(), strict=True)
+    ]
     per_usd = tokens_per_s.astype(float) * 3600 / hourly.where(hourly > 0)
-    return frame.assign(
-        usd_per_hour=hourly,
-        output_tokens_per_usd=per_usd,
-        cost_per_m_output_tokens=1e6 / per_usd.where(per_usd > 0),
-    )
+    cost = pd.Series(costs, index=frame.index, dtype=float)
+    return frame.assign(usd_per_hour=hourly, output_tokens_per_usd=per_usd, cost_per_m_output_tokens=cost)
 
 
 def curves(points: pd.DataFrame, prices: Mapping[str, Price]) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import typer
 
 from tpubench.cli.common import BadInput, app, console, key_values, writable_results
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.serving.metrics import parse_slos, slos_text
+from tpubench.serving.metrics import cost_per_m_output_tokens, parse_slos, slos_text
 from tpubench.version import __version__
 
 imports = typer.Typer(
@@ -105,13 +105,12 @@ def _import(tool: str, file: Path, results: str, given_options: dict) -> None:
 def _priced(points: list[dict], table: dict) -> list[dict]:
     """``points`` with the price they are costed at (the given one, else the price table's:
     :func:`tpubench.analysis.serving.usd_per_hour`) and the cost per million output tokens at it,
-    as a sweep's rows have it (:func:`tpubench.serving.rows.cost_per_m_output_tokens`); both null
+    as a sweep's rows have it (:func:`tpubench.serving.metrics.cost_per_m_output_tokens`); both null
     where no price is known, so that a row says what price its cost was read at."""
     import pandas as pd
 
     from tpubench.analysis import serving
     from tpubench.schema import SERVING
-    from tpubench.serving.rows import cost_per_m_output_tokens
 
     hourly = serving.usd_per_hour(pd.DataFrame(points, columns=SERVING.names), table).astype(float)
     priced = []

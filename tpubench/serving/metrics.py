@@ -209,3 +209,11 @@ def bandwidth_utilisation(
     if tpot_ms is None or tpot_ms <= 0 or peak_bytes_per_s is None:
         return None
     return bytes_per_decode_step / (tpot_ms / 1e3) / peak_bytes_per_s
+
+
+def cost_per_m_output_tokens(price_per_hour: float | None, output_throughput: float | None) -> float | None:
+    """Dollars per million output tokens at a point's throughput, where a price is known: the
+    one formula of the stored cost (the sweep's rows, the importers) and the Serving page's."""
+    if price_per_hour is None or not output_throughput:
+        return None
+    return price_per_hour / 3600.0 / output_throughput * 1e6

@@ -10,14 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from tpubench.schema import SERVING
-from tpubench.serving.metrics import RequestRecord
-
-
-def cost_per_m_output_tokens(price_per_hour: float | None, output_throughput: float | None) -> float | None:
-    """Dollars per million output tokens at the point's throughput, where a price is known."""
-    if price_per_hour is None or not output_throughput:
-        return None
-    return price_per_hour / 3600.0 / output_throughput * 1e6
+from tpubench.serving.metrics import RequestRecord, cost_per_m_output_tokens
 
 
 def point_row(
