@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,12 +25,11 @@ import streamlit as st
 
 from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
-from tpubench import store
+from tpubench import store, store_index
 from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import changepoints, compare, identity, scaling, serving_compare
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
-from tpubench.results_dir import is_remote
 from tpubench.schema import RUNS
 from tpubench.serving.metrics import PERCENTILES
 
@@ -99,8 +97,9 @@ SCALING_COLUMNS = (
 )
 #: the index of every run: the pickers' columns and the Scaling page's, which reads every
 #: invocation: from the index it reads no runs file (a second pass over all of them took longer
-#: than the page's whole budget). The index is kept file by file (:func:`_indexed`).
-INDEX_COLUMNS = tuple(dict.fromkeys(SCALING_COLUMNS))
+#: than the page's whole budget). The index is kept between servers (:mod:`tpubench.store_index`),
+#: the same one ``tpubench compare`` keeps.
+INDEX_COLUMNS = store_index.RUN_COLUMNS
 #: the index's column of :func:`configuration_codes`
 CONFIG_CODE = "config_code"
 
@@ -180,73 +179,17 @@ def store_of(results: str, index: pd.DataFrame, run_ids: pd.Series | list[str]) 
     return found.pop() if len(found) == 1 else None
 
 
-#: per local store, table and columns: each invocation's file identity (inode, mtime, size) and
-#: the rows read from it (:func:`_indexed`); the lock serialises the sessions' threads
-_INDEXED: dict[tuple, tuple[dict[str, tuple], pd.DataFrame]] = {}
-_INDEXED_LOCK = threading.Lock()
-
-
 def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
-    """``columns`` of every row of one store's ``table`` (:func:`tpubench.store.scan_table`'s
-    signature), kept file by file: a file's rows are read again only when the file is new or was
-    rewritten (another inode, mtime or size: the writer replaces a file whole), so the index
-    costs a read of every file once per server, then a ``stat`` of each.
-
-    Why: opening a runs file costs milliseconds whatever is read of it (its footer describes the
-    table's 150 columns), and a year of nights is 400 files: reading them all again took about a
-    second, on the first page after every expiry of the cache (``TTL_S``) or Reload, whatever
-    had changed. A remote store is read whole, as before (no cheap identity to key it by)."""
-    if is_remote(location):
-        return store.scan_table(location, table, columns)
-    current: dict[str, tuple] = {}
-    for path in store.parquet_files(location, table):  # an invocation's own file, named after it, or a compacted one
-        try:
-            found = os.stat(path)
-        except FileNotFoundError:  # removed since the listing
-            continue
-        invocation = store.file_invocation(path) or path  # a compacted file: many invocations, keyed by its path
-        current[invocation] = (*current.get(invocation, ()), (found.st_ino, found.st_mtime_ns, found.st_size))
-    with _INDEXED_LOCK:
-        known, frame = _INDEXED.get((location, table, columns), ({}, None))
-        stale = sorted(invocation for invocation, identity in current.items() if known.get(invocation) != identity)
-        if frame is not None and not stale and known.keys() == current.keys():
-            return frame.copy()
-        # most files stale (the first read): all of them, unfiltered; a filter that names 400
-        # invocations cost more than reading them. A compacted file new or gone (a compaction
-        # ran): all of them too, since its rows are not one invocation's
-        compacted = {key for key in stale + list(known.keys() - current.keys()) if store.is_compacted(key)}
-        everything = len(stale) > len(current) // 2 or bool(compacted)
-        stale = sorted(current) if everything else stale
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if everything:
-                fresh = store.scan_table(location, table, columns)
-            else:
-                fresh = store.scan_table(location, table, columns, invocation_id=stale) if stale else None
-        unread = {
-            i
-            for i in stale
-            for w in caught
-            if (i if store.is_compacted(i) else f"{os.sep}{i}.parquet") in str(w.message)
-        }
-        for warning in caught:  # for _scan, which names the skipped files
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        dropped = set(stale) | (known.keys() - current.keys())  # rewritten or removed invocations' files
-        kept = frame[~frame["invocation_id"].isin(dropped)] if frame is not None and not everything else None
-        pieces = [piece for piece in (kept, fresh) if piece is not None and len(piece)]
-        frame = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0] if pieces else fresh
-        if frame is None:
-            frame = store.scan_table(location, table, columns, invocation_id=[])
-        # an unreadable file is not remembered: it is tried (and named) again next time
-        _INDEXED[(location, table, columns)] = ({i: v for i, v in current.items() if i not in unread}, frame)
-        return frame.copy()
+    """``columns`` of every row of one store's ``table``, from the index kept between servers
+    (:func:`tpubench.store_index.read_index`): only files that are new or changed since are
+    read, in a bucket as on a local disk."""
+    return store_index.read_index(location, table, columns).drop(columns=store_index.FILE)
 
 
 def forget_indexed() -> None:
-    """Drop every store's rows kept by :func:`_indexed`: the next read opens every file again,
-    as a server's first page does (``benchmarks/dashboard_speed.py`` measures that)."""
-    with _INDEXED_LOCK:
-        _INDEXED.clear()
+    """Drop the indexes this process keeps: the next read starts from the cache folder's, as a
+    server's first page does (``benchmarks/dashboard_speed.py`` measures that)."""
+    store_index.forget()
 
 
 def _tag_pairs(text: object) -> tuple[str, ...]:
