@@ -535,9 +535,11 @@ def compiles(results: str, invocations: tuple[str, ...], run_ids: tuple[str, ...
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def ceilings(results: str) -> Loaded:
     """Every row of the ceilings table (``tpubench ceilings``); empty for a store without one.
-    A small table (a row per sweep point), read whole."""
+    A small table (a row per sweep point), read whole, from the index kept between servers
+    (each sweep is an invocation of its own: a year of them was 134 files to open again on
+    every page that shows MFU against a ceiling)."""
     try:
-        return _scan(results, "ceilings")
+        return _scan(results, "ceilings", tuple(store.TABLES["ceilings"].names), read=_indexed)
     except store.StoreError:
         return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
 
