@@ -151,3 +151,21 @@ def test_a_kept_index_that_cannot_be_trusted_is_read_again(results_dir: Path) ->
 def test_a_missing_store_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(store.StoreError, match="does not exist"):
         store_index.read_index(tmp_path / "nowhere", "runs", COLUMNS)
+
+
+def test_the_dashboards_index_sees_a_night_written_since(results_dir: Path) -> None:
+    """The dashboard keeps what it derives from the index (order, tags, configuration codes)
+    while the index holds: a night written since its cache expired (or Reload) is shown."""
+    import streamlit as st
+
+    from dashboard import data
+
+    night(results_dir, "one")
+    assert set(data.run_index(str(results_dir)).frame["invocation_id"]) == {"one"}
+    st.cache_data.clear()  # what the cache's expiry and Reload do
+    assert set(data.run_index(str(results_dir)).frame["invocation_id"]) == {"one"}
+    night(results_dir, "two", when=datetime(2026, 11, 30, 2, 0, tzinfo=UTC))
+    st.cache_data.clear()
+    frame = data.run_index(str(results_dir)).frame
+    assert list(frame["invocation_id"]) == ["one", "one", "two", "two"]
+    assert frame[data.CONFIG_CODE].nunique() == 1 and frame["tag_pairs"].map(len).eq(0).all()

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +87,11 @@ class _Kept:
     files: dict[str, list[Any]]
     table: pa.Table
     frame: pd.DataFrame | None = None
+    version: int = field(default_factory=lambda: next(_VERSIONS))
 
 
 _KEPT: dict[tuple[str, str, tuple[str, ...]], _Kept] = {}
+_VERSIONS = itertools.count()
 _LOCK = threading.Lock()
 
 
@@ -145,6 +148,17 @@ def identities(location: store.Location, paths: Iterable[str]) -> dict[str, list
             continue
         found[path[prefix:]] = identity
     return found
+
+
+def version(results: str | Path, table: str, columns: Sequence[str]) -> int | None:
+    """A number that changes whenever this process's index of ``table``'s ``columns`` in the
+    store at ``results`` changes (None: it keeps none), so that what a reader derives from it
+    (the dashboard's tags and configuration codes) can be kept as long as it holds."""
+    location = store.Location(results)
+    key = (location.url if location.remote else location.root, table, tuple(dict.fromkeys(columns)))
+    with _LOCK:
+        kept = _KEPT.get(key)
+        return None if kept is None else kept.version
 
 
 def forget() -> None:
