@@ -128,10 +128,10 @@ def _scan(
     """``table``'s rows over every store of ``results``, as one frame; with several stores, a
     ``store`` column says which each row came from, a run found in two (a store copied into
     another) counts once, and a store that does not exist is named, not fatal, unless none does.
-    ``read`` reads one store (default :func:`tpubench.store.scan_table`)."""
+    ``read`` reads one store (default :func:`picked`)."""
     named = stores(results)
     frames, skipped = [], []
-    read = read or store.scan_table
+    read = read or picked
     for location in named:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -150,6 +150,13 @@ def _scan(
     if len(frames) > 1:  # the same file in two stores: its rows once
         frame = frame[~_hashable(frame.drop(columns="store")).duplicated()].reset_index(drop=True)
     return Loaded(frame, tuple(skipped))
+
+
+def picked(location: str, table: str, columns: tuple[str, ...] | None = None, **filters: object) -> pd.DataFrame:
+    """:func:`tpubench.store.scan_table` of one store, opening for an invocation filter only the
+    files that can hold those invocations (:func:`tpubench.store_index.files_for`)."""
+    paths = store_index.files_for(location, table, filters["invocation_id"]) if "invocation_id" in filters else None
+    return store.scan_table(location, table, columns, paths=paths, **filters)
 
 
 def _hashable(frame: pd.DataFrame) -> pd.DataFrame:

@@ -105,15 +105,24 @@ def test_a_compaction_replaces_its_sources_with_every_row_once(results_dir: Path
     the compaction appears beside them."""
     for invocation in ("one", "two"):
         night(results_dir, invocation)
+    for day in (3, 4):  # another month (a month of one file is left as it is)
+        night(results_dir, f"october-{day}", when=datetime(2026, 10, day, 2, 0, tzinfo=UTC))
     before = indexed(results_dir)
     store_compact.compact(results_dir, older_than_s=0)
     assert all(store.is_compacted(path) for path in store.parquet_files(results_dir, "runs"))
     after = indexed(results_dir)
     pd.testing.assert_frame_equal(after, before)
+    # a night's rows come from its month's compacted file only, in every table
+    [november] = store_index.files_for(results_dir, "steps", ["one"])
+    assert "/date=2026-11/" in november and store.is_compacted(november)
+    one = store.scan_table(results_dir, "steps", paths=[november], invocation_id="one")
+    pd.testing.assert_frame_equal(one, store.scan_table(results_dir, "steps", invocation_id="one"))
+    assert sorted(one["run_id"].unique()) == ["one-0", "one-1"] and len(one) == 6
+    assert store_index.files_for(results_dir, "steps", ["nobody"]) is None  # unknown: every file
     night(results_dir, "three", when=datetime(2026, 11, 30, 2, 0, tzinfo=UTC))
     store_index.forget()
     pd.testing.assert_frame_equal(indexed(results_dir), full(results_dir))
-    assert len(indexed(results_dir)) == 6
+    assert len(indexed(results_dir)) == 10
 
 
 def test_an_unreadable_file_is_named_skipped_and_tried_again(results_dir: Path) -> None:

@@ -386,6 +386,7 @@ def scan_table(
     results_dir: str | Path,
     table: str,
     columns: Sequence[str] | None = None,
+    paths: Sequence[str] | None = None,
     **filters: Any,
 ) -> pd.DataFrame:
     """:func:`load_table` for a big store: the work is pushed into the parquet reader.
@@ -396,14 +397,16 @@ def scan_table(
     membership, as in :func:`load_table`) are applied while reading, so row groups they
     exclude are skipped and only matching rows reach pandas. Files are read in parallel as
     one pyarrow dataset; should one be unreadable, each is read alone and the unreadable
-    ones are named in a warning and skipped, as :func:`load_table` does.
+    ones are named in a warning and skipped, as :func:`load_table` does. ``paths`` narrows
+    the files to those of :func:`parquet_files`' list a caller knows may hold the rows
+    (:func:`tpubench.store_index.files_for`: a compacted store's months).
     """
     schema = TABLES[table]
     unknown = (set(filters) | set(columns or ())) - set(schema.names)
     if unknown:
         raise ValueError(f"cannot read or filter {sorted(unknown)}; columns: {', '.join(schema.names)}")
     wanted = {column: _members(value) for column, value in filters.items()}
-    paths = parquet_files(results_dir, table)
+    paths = parquet_files(results_dir, table) if paths is None else paths
     if "invocation_id" in wanted:  # a compacted file holds many invocations: the row filter picks them
         paths = [path for path in paths if is_compacted(path) or file_invocation(path) in wanted["invocation_id"]]
     expression = None

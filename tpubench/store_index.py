@@ -88,6 +88,7 @@ class _Kept:
     table: pa.Table
     frame: pd.DataFrame | None = None
     version: int = field(default_factory=lambda: next(_VERSIONS))
+    months: dict[str, frozenset[str]] | None = None  # a runs index's: :func:`files_for`
 
 
 _KEPT: dict[tuple[str, str, tuple[str, ...]], _Kept] = {}
@@ -228,3 +229,50 @@ def _save(key: tuple[str, str, tuple[str, ...]], kept: _Kept) -> None:
     table = kept.table.replace_schema_metadata({_METADATA: json.dumps(meta).encode()})
     with contextlib.suppress(OSError):
         store.write_atomic(table, _path(key))
+
+
+def files_for(results: str | Path, table: str, invocations: Any) -> list[str] | None:
+    """The files of ``table`` (:func:`tpubench.store.parquet_files`) that can hold rows of
+    ``invocations`` (an id or several), by the runs index this process keeps: each
+    invocation's own file, and the compacted files of the months its runs are in (a
+    compaction merges each month's files of every table into that month's file, and an
+    invocation's files of all tables lie in one date partition). None, meaning every file,
+    where the index does not know one of them (a night newer than it) or none is kept.
+
+    Why: a compacted store holds a month per file, and a page about one night opened every
+    month's file to filter it (132 of them over a year of a fleet's nights)."""
+    wanted = set(invocations) if isinstance(invocations, (list, tuple, set, frozenset)) else {invocations}
+    location = store.Location(results)
+    where = location.url if location.remote else location.root
+    months: set[str] = set()
+    with _LOCK:
+        kept = next(
+            (
+                k
+                for (root, name, columns), k in _KEPT.items()
+                if root == where and name == "runs" and "invocation_id" in columns
+            ),
+            None,
+        )
+        if kept is None:
+            return None
+        if kept.months is None:
+            pairs = kept.table.select(["invocation_id", FILE]).group_by(["invocation_id", FILE]).aggregate([])
+            by_invocation: dict[str, set[str]] = {}
+            for invocation, path in zip(pairs["invocation_id"].to_pylist(), pairs[FILE].to_pylist(), strict=True):
+                by_invocation.setdefault(invocation, set()).add(_month(path))
+            kept.months = {invocation: frozenset(found) for invocation, found in by_invocation.items()}
+        for invocation in wanted:
+            if invocation not in kept.months:
+                return None
+            months |= kept.months[invocation]
+    return [
+        path
+        for path in store.parquet_files(results, table)
+        if (_month(path) in months if store.is_compacted(path) else store.file_invocation(path) in wanted)
+    ]
+
+
+def _month(path: str) -> str:
+    """``YYYY-MM`` of a file's date partition (``date=YYYY-MM-DD`` or a compacted ``date=YYYY-MM``)."""
+    return path.rsplit("/", 2)[-2].removeprefix("date=")[:7]

@@ -174,11 +174,15 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
     except SelectorError as error:
         raise BadInput(f"{selector!r} in {results}: {error}") from error
     wanted = {"run_id": list(chosen["run_id"]), "invocation_id": sorted(set(chosen["invocation_id"]))}
+
+    def read(table: str, **more: Any) -> pd.DataFrame:  # the chosen invocations' files only
+        paths = store_index.files_for(results, table, wanted["invocation_id"])
+        return store.scan_table(results, table, paths=paths, **wanted, **more)
+
     if store_index.FILE in chosen.columns:  # index rows: the picked runs' every column
-        whole = store.scan_table(results, "runs", **wanted)
-        chosen = chosen[["run_id"]].merge(whole.drop_duplicates("run_id"), on="run_id", how="left")
-    steps = store.scan_table(results, "steps", phase="measure", **wanted)
-    compiles = store.scan_table(results, "compiles", **wanted)
+        chosen = chosen[["run_id"]].merge(read("runs").drop_duplicates("run_id"), on="run_id", how="left")
+    steps = read("steps", phase="measure")
+    compiles = read("compiles")
     return Selection(selector, chosen, steps, compiles)
 
 
