@@ -728,6 +728,7 @@ def main() -> None:
         type=float,
         help="also measure each store in moto's S3 server on 127.0.0.1 answering each request after this delay",
     )
+    parser.add_argument("--bucket-only", action="store_true", help="with --bucket-delay-ms: measure the bucket only")
     parser.add_argument("--record", help="store every try in this tpubench store (docs/benchmarks.md)")
     args = parser.parse_args()
     if args.repeat < 1:
@@ -753,10 +754,11 @@ def main() -> None:
         )
         compacted = any(store.is_compacted(file) for file in store.parquet_files(path, "runs"))
         figures = Figures(f"{rows['runs']:,} runs" + (", compacted" if compacted else ""))
-        measure(str(path), args.repeat, figures, args.page, args.profile, args.cold)
-        if args.compare:
-            time_compare(str(path), args.repeat, figures, dict(os.environ))
-        all_figures.append(figures)
+        if not (args.bucket_only and args.bucket_delay_ms is not None):
+            measure(str(path), args.repeat, figures, args.page, args.profile, args.cold)
+            if args.compare:
+                time_compare(str(path), args.repeat, figures, dict(os.environ))
+            all_figures.append(figures)
         if args.bucket_delay_ms is not None:
             print(f"the same store in a bucket ({args.bucket_delay_ms:g} ms a request):", flush=True)
             with slow_bucket(path, args.bucket_delay_ms) as (url, requests, _):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay-ms", type=float, default=20.0)
     args = parser.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request
     app = Delayed(DomainDispatcherApplication(create_backend_app), args.delay_ms / 1e3)
     server = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
     print(f"listening on 127.0.0.1:{args.port}", flush=True)
