@@ -616,7 +616,6 @@ def time_compare(results: str, repeats: int, figures: Figures, env: dict[str, st
     argv += ["--results", results, "--json"]
     for first_ever, tries in ((True, figures.compare_first_ever), (False, figures.compare)):
         cpu: list[float] = []  # the command's CPU seconds: on a shared host they move less than its wall time
-        cache = tempfile.mkdtemp(prefix="tpubench-bench-cache-") if first_ever else None
         for _ in range(repeats):
             fresh_cache = tempfile.mkdtemp(prefix="tpubench-bench-cache-") if first_ever else None
             run_env = {**env, "TPUBENCH_CACHE_DIR": fresh_cache} if fresh_cache else env
@@ -629,8 +628,6 @@ def time_compare(results: str, repeats: int, figures: Figures, env: dict[str, st
                 raise SystemExit(f"tpubench compare failed: {done.stderr[-2000:]}")
             if fresh_cache:
                 shutil.rmtree(fresh_cache, ignore_errors=True)
-        if cache:
-            shutil.rmtree(cache, ignore_errors=True)
         what = "on a machine that never read the store" if first_ever else "its index kept"
         print(
             f"  tpubench compare --baseline previous --candidate latest, {what}: {statistics.median(tries):.2f} s"
