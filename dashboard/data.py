@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -564,12 +564,30 @@ def ceilings(results: str) -> Loaded:
         return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
 
 
+#: what :func:`_of_ceilings` made of each store's ceilings, by the kept index it came from
+_OF_CEILINGS: dict[tuple[str, str], tuple[tuple[int | None, ...], pd.DataFrame]] = {}
+
+
+def _of_ceilings(results: str, what: str, make: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame:
+    """``make`` of the store's ceilings table, made again only when the kept index of the table
+    changed: an analysis of a year's sweeps (134 of them) took a second of CPU, after every
+    expiry of the cache or Reload, on the Ceilings page and every page showing MFU against one."""
+    frame = ceilings(results).frame
+    columns = tuple(store.TABLES["ceilings"].names)
+    versions = tuple(store_index.version(location, "ceilings", columns) for location in stores(results))
+    known, made = _OF_CEILINGS.get((results, what), ((), None))
+    if made is None or known != versions or None in versions:
+        made = make(frame)
+        _OF_CEILINGS[(results, what)] = (versions, made)
+    return made
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def matmul_ceilings(results: str) -> pd.DataFrame:
     """The store's matmul ceiling per device and dtype (:func:`tpubench.analysis.ceilings.matmul_ceilings`):
     computed once per read of the ceilings table, not again on every rerun of the pages that show
     MFU against it."""
-    return ceilings_analysis.matmul_ceilings(ceilings(results).frame)
+    return _of_ceilings(results, "matmul", ceilings_analysis.matmul_ceilings)
 
 
 def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
@@ -582,21 +600,21 @@ def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
 def ceilings_summary(results: str) -> pd.DataFrame:
     """``tpubench ceilings --show``'s lines of the store (:func:`tpubench.analysis.ceilings.summary`),
     once per read of the table: no filter changes them, and the Ceilings page reruns on each."""
-    return ceilings_analysis.summary(ceilings(results).frame)
+    return _of_ceilings(results, "summary", ceilings_analysis.summary)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def ceilings_curves(results: str, kind: str) -> pd.DataFrame:
     """A kind's curves of the store's ceilings (:func:`tpubench.analysis.ceilings.curves`), once
     per read of the table, as :func:`ceilings_summary`."""
-    return ceilings_analysis.curves(ceilings(results).frame, kind)
+    return _of_ceilings(results, f"curves {kind}", lambda frame: ceilings_analysis.curves(frame, kind))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def roofline_ceilings(results: str) -> pd.DataFrame:
     """The store's measured ceilings as the Ops page's roofline reads them
     (:func:`tpubench.analysis.ceilings.roofline_frame`)."""
-    return ceilings_analysis.roofline_frame(ceilings(results).frame)
+    return _of_ceilings(results, "roofline", ceilings_analysis.roofline_frame)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
