@@ -452,6 +452,7 @@ class Figures:
     requests: dict[str, int | None] = field(default_factory=dict)
     compare: list[float] = field(default_factory=list)
     compare_first_ever: list[float] = field(default_factory=list)
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # each figure's CPU seconds, by its line's name
 
 
 def _apptest(components: object, page: str):
@@ -534,6 +535,7 @@ def measure(
                 shutil.rmtree(os.environ["TPUBENCH_CACHE_DIR"], ignore_errors=True)
                 _restore(kept_cache)
         kept.extend(wall for wall, _ in tries)
+        figures.cpu["first ever" if first_ever else "fresh"] = [cpu for _, cpu in tries]
         wall, cpu = (statistics.median(values) for values in zip(*tries, strict=True))
         what = "on a machine that never read the store" if first_ever else "its index kept by an earlier server"
         counted = figures.requests["first ever" if first_ever else "fresh"]
@@ -586,6 +588,8 @@ def measure(
                     figures.requests[f"{page.title} filter change"] = change_requests - first_requests
         first, change, first_cpu, change_cpu = (statistics.median(values) for values in zip(*tries, strict=True))
         figures.pages.append((page.title, [try_[0] for try_ in tries], [try_[1] for try_ in tries]))
+        figures.cpu[f"{page.title} first"] = [try_[2] for try_ in tries]
+        figures.cpu[f"{page.title} change"] = [try_[3] for try_ in tries]
         counted = ""
         if before is not None:
             counted = (
@@ -626,6 +630,7 @@ def time_compare(results: str, repeats: int, figures: Figures, env: dict[str, st
             cpu.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
             if done.returncode not in (0, 1):  # 1: something regressed (the store has a regression)
                 raise SystemExit(f"tpubench compare failed: {done.stderr[-2000:]}")
+            figures.cpu["compare first ever" if first_ever else "compare"] = cpu
             if fresh_cache:
                 shutil.rmtree(fresh_cache, ignore_errors=True)
         what = "on a machine that never read the store" if first_ever else "its index kept"
@@ -690,21 +695,33 @@ def store_rows(path: Path) -> dict[str, int]:
 
 
 def side_by_side(all_figures: list[Figures]) -> None:
-    """Every store's figures in one table, a column per store: how they grow with the store."""
+    """Every store's figures in one table, a column per store: how they grow with the store.
+    Each cell is the median wall time and, in brackets, the process's CPU seconds."""
     names = [figures.label for figures in all_figures]
-    lines = [("fresh server's first page, index kept (s)", [f.fresh for f in all_figures])]
-    lines.append(("fresh server's first page, never read here (s)", [f.first_ever for f in all_figures]))
+    lines = [("fresh server's first page, index kept (s)", "fresh", [f.fresh for f in all_figures])]
+    lines.append(("fresh server's first page, never read here (s)", "first ever", [f.first_ever for f in all_figures]))
     for index, (title, _, _) in enumerate(all_figures[0].pages):
-        lines.append((f"{title} first render (s)", [f.pages[index][1] for f in all_figures]))
-        lines.append((f"{title} filter change (s)", [f.pages[index][2] for f in all_figures]))
+        lines.append((f"{title} first render (s)", f"{title} first", [f.pages[index][1] for f in all_figures]))
+        lines.append((f"{title} filter change (s)", f"{title} change", [f.pages[index][2] for f in all_figures]))
     if any(f.compare for f in all_figures):
-        lines.append(("compare previous/latest, index kept (s)", [f.compare for f in all_figures]))
-        lines.append(("compare previous/latest, never read here (s)", [f.compare_first_ever for f in all_figures]))
-    width = max(len(name) for name, _ in lines)
-    print("\n" + " " * width + "".join(f"  {name:>16}" for name in names))
-    for name, values in lines:
-        cells = "".join(f"  {statistics.median(v) if v else float('nan'):16.2f}" for v in values)
-        print(f"{name:<{width}}{cells}")
+        lines.append(("compare previous/latest, index kept (s)", "compare", [f.compare for f in all_figures]))
+        lines.append(
+            (
+                "compare previous/latest, never read here (s)",
+                "compare first ever",
+                [f.compare_first_ever for f in all_figures],
+            )
+        )
+    width = max(len(name) for name, _, _ in lines)
+    cell = max(16, *(len(name) for name in names))
+    print("\n" + " " * width + "".join(f"  {name:>{cell}}" for name in names))
+    for name, key, values in lines:
+        cells = []
+        for figures, tries in zip(all_figures, values, strict=True):
+            cpu = figures.cpu.get(key)
+            text = f"{statistics.median(tries):.2f}" if tries else "-"
+            cells.append(f"  {text + (f' ({statistics.median(cpu):.2f})' if tries and cpu else ''):>{cell}}")
+        print(f"{name:<{width}}{''.join(cells)}")
 
 
 def main() -> None:
