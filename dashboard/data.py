@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -26,13 +25,12 @@ import streamlit as st
 
 from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
-from tpubench import store
+from tpubench import store, store_index
 from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import changepoints, compare, identity, scaling, serving_compare
 from tpubench.analysis import serving as serving_analysis
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
-from tpubench.results_dir import is_remote
 from tpubench.schema import RUNS
 from tpubench.serving.metrics import PERCENTILES
 
@@ -121,8 +119,9 @@ PRECISION_COLUMNS = tuple(
 )
 #: the index of every run: the pickers' columns and the Scaling page's, which reads every
 #: invocation: from the index it reads no runs file (a second pass over all of them took longer
-#: than the page's whole budget). The index is kept file by file (:func:`_indexed`).
-INDEX_COLUMNS = tuple(dict.fromkeys(SCALING_COLUMNS))
+#: than the page's whole budget). The index is kept between servers (:mod:`tpubench.store_index`),
+#: the same one ``tpubench compare`` keeps.
+INDEX_COLUMNS = store_index.RUN_COLUMNS
 #: the index's column of :func:`configuration_codes`
 CONFIG_CODE = "config_code"
 
@@ -151,10 +150,10 @@ def _scan(
     """``table``'s rows over every store of ``results``, as one frame; with several stores, a
     ``store`` column says which each row came from, a run found in two (a store copied into
     another) counts once, and a store that does not exist is named, not fatal, unless none does.
-    ``read`` reads one store (default :func:`tpubench.store.scan_table`)."""
+    ``read`` reads one store (default :func:`picked`)."""
     named = stores(results)
     frames, skipped = [], []
-    read = read or store.scan_table
+    read = read or picked
     for location in named:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -173,6 +172,13 @@ def _scan(
     if len(frames) > 1:  # the same file in two stores: its rows once
         frame = frame[~_hashable(frame.drop(columns="store")).duplicated()].reset_index(drop=True)
     return Loaded(frame, tuple(skipped))
+
+
+def picked(location: str, table: str, columns: tuple[str, ...] | None = None, **filters: object) -> pd.DataFrame:
+    """:func:`tpubench.store.scan_table` of one store, opening for an invocation filter only the
+    files that can hold those invocations (:func:`tpubench.store_index.files_for`)."""
+    paths = store_index.files_for(location, table, filters["invocation_id"]) if "invocation_id" in filters else None
+    return store.scan_table(location, table, columns, paths=paths, **filters)
 
 
 def _hashable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -202,73 +208,17 @@ def store_of(results: str, index: pd.DataFrame, run_ids: pd.Series | list[str]) 
     return found.pop() if len(found) == 1 else None
 
 
-#: per local store, table and columns: each invocation's file identity (inode, mtime, size) and
-#: the rows read from it (:func:`_indexed`); the lock serialises the sessions' threads
-_INDEXED: dict[tuple, tuple[dict[str, tuple], pd.DataFrame]] = {}
-_INDEXED_LOCK = threading.Lock()
-
-
 def _indexed(location: str, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
-    """``columns`` of every row of one store's ``table`` (:func:`tpubench.store.scan_table`'s
-    signature), kept file by file: a file's rows are read again only when the file is new or was
-    rewritten (another inode, mtime or size: the writer replaces a file whole), so the index
-    costs a read of every file once per server, then a ``stat`` of each.
-
-    Why: opening a runs file costs milliseconds whatever is read of it (its footer describes the
-    table's 150 columns), and a year of nights is 400 files: reading them all again took about a
-    second, on the first page after every expiry of the cache (``TTL_S``) or Reload, whatever
-    had changed. A remote store is read whole, as before (no cheap identity to key it by)."""
-    if is_remote(location):
-        return store.scan_table(location, table, columns)
-    current: dict[str, tuple] = {}
-    for path in store.parquet_files(location, table):  # an invocation's own file, named after it, or a compacted one
-        try:
-            found = os.stat(path)
-        except FileNotFoundError:  # removed since the listing
-            continue
-        invocation = store.file_invocation(path) or path  # a compacted file: many invocations, keyed by its path
-        current[invocation] = (*current.get(invocation, ()), (found.st_ino, found.st_mtime_ns, found.st_size))
-    with _INDEXED_LOCK:
-        known, frame = _INDEXED.get((location, table, columns), ({}, None))
-        stale = sorted(invocation for invocation, identity in current.items() if known.get(invocation) != identity)
-        if frame is not None and not stale and known.keys() == current.keys():
-            return frame.copy()
-        # most files stale (the first read): all of them, unfiltered; a filter that names 400
-        # invocations cost more than reading them. A compacted file new or gone (a compaction
-        # ran): all of them too, since its rows are not one invocation's
-        compacted = {key for key in stale + list(known.keys() - current.keys()) if store.is_compacted(key)}
-        everything = len(stale) > len(current) // 2 or bool(compacted)
-        stale = sorted(current) if everything else stale
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if everything:
-                fresh = store.scan_table(location, table, columns)
-            else:
-                fresh = store.scan_table(location, table, columns, invocation_id=stale) if stale else None
-        unread = {
-            i
-            for i in stale
-            for w in caught
-            if (i if store.is_compacted(i) else f"{os.sep}{i}.parquet") in str(w.message)
-        }
-        for warning in caught:  # for _scan, which names the skipped files
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-        dropped = set(stale) | (known.keys() - current.keys())  # rewritten or removed invocations' files
-        kept = frame[~frame["invocation_id"].isin(dropped)] if frame is not None and not everything else None
-        pieces = [piece for piece in (kept, fresh) if piece is not None and len(piece)]
-        frame = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0] if pieces else fresh
-        if frame is None:
-            frame = store.scan_table(location, table, columns, invocation_id=[])
-        # an unreadable file is not remembered: it is tried (and named) again next time
-        _INDEXED[(location, table, columns)] = ({i: v for i, v in current.items() if i not in unread}, frame)
-        return frame.copy()
+    """``columns`` of every row of one store's ``table``, from the index kept between servers
+    (:func:`tpubench.store_index.read_index`): only files that are new or changed since are
+    read, in a bucket as on a local disk."""
+    return store_index.read_index(location, table, columns).drop(columns=store_index.FILE)
 
 
 def forget_indexed() -> None:
-    """Drop every store's rows kept by :func:`_indexed`: the next read opens every file again,
-    as a server's first page does (``benchmarks/dashboard_speed.py`` measures that)."""
-    with _INDEXED_LOCK:
-        _INDEXED.clear()
+    """Drop the indexes this process keeps: the next read starts from the cache folder's, as a
+    server's first page does (``benchmarks/dashboard_speed.py`` measures that)."""
+    store_index.forget()
 
 
 def _tag_pairs(text: object) -> tuple[str, ...]:
@@ -276,18 +226,31 @@ def _tag_pairs(text: object) -> tuple[str, ...]:
     return tuple(f"{key}={value}" for key, value in sorted(tags.items()))
 
 
+#: the last index :func:`run_index` made of each ``results``, by the kept indexes it came from
+_PROCESSED: dict[str, tuple[tuple[int | None, ...], pd.DataFrame]] = {}
+
+
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the results store ...")
 def run_index(results: str) -> Loaded:
     """Every run, :data:`INDEX_COLUMNS` only, oldest first, with its tags as ``key=value`` pairs.
 
+    What it adds to the kept index (the order, tags parsed, configuration codes: half a second
+    over a year of a fleet's runs) is made again only when the kept index changed, not after
+    every expiry of the cache or Reload.
+
     Raises :class:`tpubench.store.StoreError` when the store does not exist.
     """
     loaded = _scan(results, "runs", INDEX_COLUMNS, read=_indexed)
+    versions = tuple(store_index.version(location, "runs", INDEX_COLUMNS) for location in stores(results))
+    known, frame = _PROCESSED.get(results, ((), None))
+    if frame is not None and known == versions and None not in versions:
+        return Loaded(frame, loaded.skipped)
     frame = loaded.frame.sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
     # each distinct tags text parsed once: a night's runs share theirs, so 10,000 runs hold a few hundred
     distinct = frame["tags"].drop_duplicates()
     frame["tag_pairs"] = frame["tags"].map(dict(zip(distinct, distinct.map(_tag_pairs), strict=True)))
     frame[CONFIG_CODE] = configuration_codes(frame)
+    _PROCESSED[results] = (versions, frame)
     return Loaded(frame, loaded.skipped)
 
 
@@ -621,11 +584,31 @@ def compiles(results: str, invocations: tuple[str, ...], run_ids: tuple[str, ...
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def ceilings(results: str) -> Loaded:
     """Every row of the ceilings table (``tpubench ceilings``); empty for a store without one.
-    A small table (a row per sweep point), read whole."""
+    A small table (a row per sweep point), read whole, from the index kept between servers
+    (each sweep is an invocation of its own: a year of them was 134 files to open again on
+    every page that shows MFU against a ceiling)."""
     try:
-        return _scan(results, "ceilings")
+        return _scan(results, "ceilings", tuple(store.TABLES["ceilings"].names), read=_indexed)
     except store.StoreError:
         return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
+
+
+#: what :func:`_of_ceilings` made of each store's ceilings, by the kept index it came from
+_OF_CEILINGS: dict[tuple[str, str], tuple[tuple[int | None, ...], pd.DataFrame]] = {}
+
+
+def _of_ceilings(results: str, what: str, make: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame:
+    """``make`` of the store's ceilings table, made again only when the kept index of the table
+    changed: an analysis of a year's sweeps (134 of them) took a second of CPU, after every
+    expiry of the cache or Reload, on the Ceilings page and every page showing MFU against one."""
+    frame = ceilings(results).frame
+    columns = tuple(store.TABLES["ceilings"].names)
+    versions = tuple(store_index.version(location, "ceilings", columns) for location in stores(results))
+    known, made = _OF_CEILINGS.get((results, what), ((), None))
+    if made is None or known != versions or None in versions:
+        made = make(frame)
+        _OF_CEILINGS[(results, what)] = (versions, made)
+    return made
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -633,7 +616,7 @@ def matmul_ceilings(results: str) -> pd.DataFrame:
     """The store's matmul ceiling per device and dtype (:func:`tpubench.analysis.ceilings.matmul_ceilings`):
     computed once per read of the ceilings table, not again on every rerun of the pages that show
     MFU against it."""
-    return ceilings_analysis.matmul_ceilings(ceilings(results).frame)
+    return _of_ceilings(results, "matmul", ceilings_analysis.matmul_ceilings)
 
 
 def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
@@ -646,21 +629,21 @@ def with_attained(results: str, runs: pd.DataFrame) -> pd.DataFrame:
 def ceilings_summary(results: str) -> pd.DataFrame:
     """``tpubench ceilings --show``'s lines of the store (:func:`tpubench.analysis.ceilings.summary`),
     once per read of the table: no filter changes them, and the Ceilings page reruns on each."""
-    return ceilings_analysis.summary(ceilings(results).frame)
+    return _of_ceilings(results, "summary", ceilings_analysis.summary)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def ceilings_curves(results: str, kind: str) -> pd.DataFrame:
     """A kind's curves of the store's ceilings (:func:`tpubench.analysis.ceilings.curves`), once
     per read of the table, as :func:`ceilings_summary`."""
-    return ceilings_analysis.curves(ceilings(results).frame, kind)
+    return _of_ceilings(results, f"curves {kind}", lambda frame: ceilings_analysis.curves(frame, kind))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def roofline_ceilings(results: str) -> pd.DataFrame:
     """The store's measured ceilings as the Ops page's roofline reads them
     (:func:`tpubench.analysis.ceilings.roofline_frame`)."""
-    return ceilings_analysis.roofline_frame(ceilings(results).frame)
+    return _of_ceilings(results, "roofline", ceilings_analysis.roofline_frame)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

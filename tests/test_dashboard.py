@@ -921,9 +921,14 @@ def test_the_index_reads_a_runs_file_again_only_when_it_changed(
 ) -> None:
     """The index is kept file by file: an unchanged file is not read again, a new or rewritten
     one is, a removed one's runs leave, and an unreadable one is named on every read."""
-    reads: list[object] = []
-    scan = store.scan_table
-    monkeypatch.setattr(store, "scan_table", lambda *a, **k: reads.append(k.get("invocation_id")) or scan(*a, **k))
+    reads: list[list[str]] = []
+    scan = store.scan_files
+
+    def counting(location, table, paths, *args, **kwargs):
+        reads.append(sorted(Path(path).name for path in paths))
+        return scan(location, table, paths, *args, **kwargs)
+
+    monkeypatch.setattr(store, "scan_files", counting)
 
     def write(invocation: str, *statuses: str) -> None:
         writer = store.InvocationWriter(tmp_path, invocation, run_row()["started_at"])
@@ -937,12 +942,13 @@ def test_the_index_reads_a_runs_file_again_only_when_it_changed(
     write("inv-a", "ok", "ok")
     write("inv-b", "ok")
     write("inv-c", "ok")
-    assert len(index().frame) == 4 and reads == [None]  # the first read: every file, at once
-    assert len(index().frame) == 4 and reads == [None]  # nothing changed: nothing read
+    assert len(index().frame) == 4 and reads == [["inv-a.parquet", "inv-b.parquet", "inv-c.parquet"]]
+    assert len(index().frame) == 4 and len(reads) == 1  # nothing changed: nothing read
     write("inv-a", "ok", "failed")  # rewritten whole, as the writer does
     write("inv-d", "oom")
     frame = index().frame
-    assert reads[-1] == ["inv-a", "inv-d"] and sorted(frame["status"]) == ["failed", "ok", "ok", "ok", "oom"]
+    assert reads[-1] == ["inv-a.parquet", "inv-d.parquet"]
+    assert sorted(frame["status"]) == ["failed", "ok", "ok", "ok", "oom"]
     next(tmp_path.glob("runs/*/inv-b.parquet")).unlink()
     assert set(index().frame["invocation_id"]) == {"inv-a", "inv-c", "inv-d"}
     next(tmp_path.glob("runs/*/inv-c.parquet")).write_bytes(b"not parquet")
@@ -950,10 +956,11 @@ def test_the_index_reads_a_runs_file_again_only_when_it_changed(
         loaded = index()
         assert set(loaded.frame["invocation_id"]) == {"inv-a", "inv-d"} and "inv-c.parquet" in loaded.skipped[0]
     next(tmp_path.glob("runs/*/inv-c.parquet")).unlink()
-    # compacted: a file of many invocations, read whole once; a night written after it joins by name
+    # compacted: a file of many invocations, read once; a night written after it is read alone
     store_compact.compact(tmp_path, older_than_s=0)
-    assert [store.is_compacted(path) for path in store.parquet_files(tmp_path, "runs")] == [True]
-    assert sorted(index().frame["status"]) == ["failed", "ok", "oom"] and reads[-1] is None
+    [compacted] = store.parquet_files(tmp_path, "runs")
+    assert store.is_compacted(compacted)
+    assert sorted(index().frame["status"]) == ["failed", "ok", "oom"] and reads[-1] == [Path(compacted).name]
     write("inv-e", "ok")
-    assert sorted(index().frame["status"]) == ["failed", "ok", "ok", "oom"] and reads[-1] == ["inv-e"]
+    assert sorted(index().frame["status"]) == ["failed", "ok", "ok", "oom"] and reads[-1] == ["inv-e.parquet"]
     data.forget_indexed()

@@ -228,3 +228,31 @@ def test_compacting_a_bucket_without_write_access_is_refused_and_changes_nothing
     assert sorted(location.fs.find(location.root)) == listed
     missing = in_process("compact --results s3://no-such-bucket/x")
     assert missing.returncode == 2 and "not a results store" in missing.stderr
+
+
+def test_the_run_index_of_a_bucket_reads_only_new_objects(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index kept between processes works in a bucket as on a disk: the same rows as a full
+    read, and a later process opens only the objects written since (their identity is the
+    listing's size and ETag: no request per object)."""
+    from tpubench import store_index
+
+    results = f"{s3}/indexed"
+    when = datetime(2026, 12, 1, tzinfo=UTC)
+    for night in ("one", "two"):
+        store.InvocationWriter(results, night, when).add({"run_id": night, "invocation_id": night, "status": "ok"})
+    columns = store_index.RUN_COLUMNS
+    frame = store_index.read_index(results, "runs", columns).drop(columns=store_index.FILE)
+    expected = store.scan_table(results, "runs", columns)
+    pd.testing.assert_frame_equal(frame.sort_values("run_id", ignore_index=True), expected)
+    store.InvocationWriter(results, "three", when).add({"run_id": "three", "invocation_id": "three", "status": "ok"})
+    opened: list[str] = []
+    original = store.scan_files
+
+    def counting(location, table, paths, *args, **kwargs):
+        opened.extend(paths)
+        return original(location, table, paths, *args, **kwargs)
+
+    monkeypatch.setattr(store, "scan_files", counting)
+    store_index.forget()
+    assert sorted(store_index.read_index(results, "runs", columns)["run_id"]) == ["one", "three", "two"]
+    assert [path.rsplit("/", 1)[-1] for path in opened] == ["three.parquet"]

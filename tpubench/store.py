@@ -31,7 +31,9 @@ at all; a PUT cut short leaves no object.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob as stdlib_glob
+import itertools
 import json
 import os
 import warnings
@@ -105,7 +107,16 @@ class Location:
 
     def glob(self, *parts: str) -> list[str]:
         if self.remote:
-            return sorted(self.fs.glob(self.join(*parts)))
+            # one listing of everything under the pattern's fixed start, matched here: the file
+            # system's glob lists each partition folder on its own, a request per night (4,000
+            # requests, over a minute at a bucket's 20 ms, for a year of nights); a listing
+            # without folders is a request per 1,000 files. The file system keeps what it
+            # listed, so each file's size and ETag come with it (store_index.identities)
+            pattern = self.join(*parts)
+            fixed = list(itertools.takewhile(lambda part: not stdlib_glob.has_magic(part), parts))
+            listed = self.fs.find(self.join(*fixed))  # a folder that does not exist lists nothing
+            depth = pattern.count("/")
+            return sorted(path for path in listed if path.count("/") == depth and fnmatch.fnmatchcase(path, pattern))
         # the standard library's on a local store: fsspec's lists and stats every partition
         # folder in Python, a tenth of a second per table over a year of nights, paid by every read
         return sorted(stdlib_glob.glob("/".join([stdlib_glob.escape(self.root), *parts])))
@@ -374,7 +385,11 @@ def load_table(results_dir: Path, table: str, **filters: Any) -> pd.DataFrame:
 
 
 def scan_table(
-    results_dir: str | Path, table: str, columns: Sequence[str] | None = None, **filters: Any
+    results_dir: str | Path,
+    table: str,
+    columns: Sequence[str] | None = None,
+    paths: Sequence[str] | None = None,
+    **filters: Any,
 ) -> pd.DataFrame:
     """:func:`load_table` for a big store: the work is pushed into the parquet reader.
 
@@ -384,45 +399,79 @@ def scan_table(
     membership, as in :func:`load_table`) are applied while reading, so row groups they
     exclude are skipped and only matching rows reach pandas. Files are read in parallel as
     one pyarrow dataset; should one be unreadable, each is read alone and the unreadable
-    ones are named in a warning and skipped, as :func:`load_table` does.
+    ones are named in a warning and skipped, as :func:`load_table` does. ``paths`` narrows
+    the files to those of :func:`parquet_files`' list a caller knows may hold the rows
+    (:func:`tpubench.store_index.files_for`: a compacted store's months).
     """
     schema = TABLES[table]
     unknown = (set(filters) | set(columns or ())) - set(schema.names)
     if unknown:
         raise ValueError(f"cannot read or filter {sorted(unknown)}; columns: {', '.join(schema.names)}")
     wanted = {column: _members(value) for column, value in filters.items()}
-    paths = parquet_files(results_dir, table)
+    paths = parquet_files(results_dir, table) if paths is None else paths
     if "invocation_id" in wanted:  # a compacted file holds many invocations: the row filter picks them
         paths = [path for path in paths if is_compacted(path) or file_invocation(path) in wanted["invocation_id"]]
     expression = None
     for column, values in wanted.items():
         term = pc.field(column).isin(sorted(values))
         expression = term if expression is None else expression & term
-    location = Location(results_dir)
+    found = scan_files(Location(results_dir), table, paths, read_columns(table, columns), expression)
+    frame = upgrade(found.to_pandas(), table)
+    return frame[list(columns)] if columns else frame
+
+
+def read_columns(table: str, columns: Sequence[str] | None) -> list[str] | None:
+    """The columns to read for ``columns`` of ``table`` (None: all): with those that
+    :func:`upgrade` needs to convert an older row."""
+    if not columns:
+        return None
+    read = list(dict.fromkeys(columns))
+    if table == "runs" and "tokens_per_s" in read:
+        read += [column for column in UPGRADE_COLUMNS if column not in read]
+    return read
+
+
+def scan_files(
+    location: Location,
+    table: str,
+    paths: Sequence[str],
+    columns: Sequence[str] | None = None,
+    expression: pc.Expression | None = None,
+    with_file: bool = False,
+) -> pa.Table:
+    """``columns`` (None: all) of the rows of ``paths`` (files of ``table``) that ``expression``
+    keeps, read in parallel as one pyarrow dataset in ``table``'s schema (an older file's newer
+    columns null); with ``with_file``, a ``__file`` column naming each row's file. Should one
+    file be unreadable, each is read alone and the unreadable ones are named in a warning and
+    skipped."""
+    schema = TABLES[table]
     filesystem = location.fs if location.remote else None
+    names = list(columns) if columns else schema.names
 
-    read_columns = list(columns) if columns else None
-    if read_columns and table == "runs" and "tokens_per_s" in read_columns:  # what upgrade() needs
-        read_columns += [column for column in UPGRADE_COLUMNS if column not in read_columns]
-
-    def read(files: list[str]) -> pa.Table:
-        dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=filesystem)
-        return dataset.to_table(columns=read_columns, filter=expression)
+    def read(files: Sequence[str]) -> pa.Table:
+        dataset = ds.dataset(list(files), schema=schema, format="parquet", filesystem=filesystem)
+        if not with_file:
+            return dataset.to_table(columns=names, filter=expression)
+        batches = []
+        for tagged in dataset.scanner(columns=names, filter=expression).scan_batches():
+            batch = tagged.record_batch
+            path = pa.array([tagged.fragment.path] * batch.num_rows, pa.string())
+            batches.append(pa.RecordBatch.from_arrays([*batch.columns, path], [*batch.schema.names, "__file"]))
+        empty = schema.empty_table().select(names).append_column("__file", pa.array([], pa.string()))
+        return pa.Table.from_batches(batches, empty.schema) if batches else empty
 
     try:
-        found = read(paths)
+        return read(paths)
     except (pa.ArrowException, OSError):
-        pieces = [schema.empty_table().select(read_columns or schema.names)]
+        pieces = [read([])]
         for path in paths:
             try:
                 pieces.append(read([path]))
             except (pa.ArrowException, OSError) as error:
                 warnings.warn(
-                    f"skipping unreadable results file {location.display(path)}: {error}", StoreWarning, stacklevel=2
+                    f"skipping unreadable results file {location.display(path)}: {error}", StoreWarning, stacklevel=3
                 )
-        found = pa.concat_tables(pieces)
-    frame = upgrade(found.to_pandas(), table)
-    return frame[list(columns)] if columns else frame
+        return pa.concat_tables(pieces)
 
 
 #: the runs columns :func:`upgrade` reads to convert an older row's ``tokens_per_s``

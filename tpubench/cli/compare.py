@@ -9,6 +9,7 @@ input, picks and prints.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,18 +19,18 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from tpubench import store
+from tpubench import store, store_index
 from tpubench.analysis import compare, serving_compare
 from tpubench.analysis.ceilings import attach_attained, attained_text
 from tpubench.analysis.compiles import COMPILE_METRICS, change_point_causes
 from tpubench.analysis.identity import CONFIG_KEYS, SERVING_KEYS, config_labels, configurations
 from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, PriceError, load_prices
-from tpubench.analysis.select import SelectorError, select_runs
+from tpubench.analysis.select import SelectorError, parse_selector, select_runs
 from tpubench.analysis.shapes import whole_numbers
 from tpubench.cli.common import BadInput, app, choose, console
 from tpubench.results_dir import DEFAULT_RESULTS_DIR
-from tpubench.schema import SERVING
+from tpubench.schema import RUNS, SERVING
 from tpubench.store import StoreError
 
 VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "inconclusive": "yellow", "unpaired": "dim"}
@@ -137,29 +138,58 @@ def load_all_runs(results: str) -> pd.DataFrame:
     try:
         return store.load_runs(results)
     except StoreError as error:
-        hint = "; `tpubench run --results DIR` creates one" if "does not exist" in str(error) else ""
-        raise BadInput(f"{error}{hint}") from error
+        raise _missing(error) from error
+
+
+def _missing(error: StoreError) -> BadInput:
+    hint = "; `tpubench run --results DIR` creates one" if "does not exist" in str(error) else ""
+    return BadInput(f"{error}{hint}")
+
+
+def run_index(results: str, extra: Sequence[str] = ()) -> pd.DataFrame:
+    """Every run of the store at ``results``, the index's columns only (and ``extra``), as
+    :mod:`tpubench.store_index` keeps them between commands: a selector picks runs from it,
+    and only the picked runs are read whole (:func:`select`). A missing store is a BadInput."""
+    try:
+        return store_index.read_index(results, "runs", (*store_index.RUN_COLUMNS, *extra))
+    except StoreError as error:
+        raise _missing(error) from error
 
 
 def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Selection:
-    """The runs of ``results`` that ``selector`` picks, with their measure-phase steps."""
-    runs = load_all_runs(results) if runs is None else runs
+    """The runs of ``results`` that ``selector`` picks, whole, with their measure-phase steps.
+
+    ``runs`` is what to pick from: the store's :func:`run_index` by default (read here), or
+    one already read. A selector may name a column the index lacks: then an index with it is
+    read (and kept). The picked runs are read whole from their invocations' files only, as
+    are their steps and compile events: a year of nights is as quick to compare as the last
+    two."""
+    runs = run_index(results) if runs is None else runs
     try:
-        chosen = select_runs(runs, selector)
+        terms = parse_selector(selector)
+        extra = [term.field for term in terms if term.field in RUNS.names and term.field not in runs.columns]
+        if extra:
+            runs = run_index(results, extra)
+        chosen = select_runs(runs, terms)
     except SelectorError as error:
         raise BadInput(f"{selector!r} in {results}: {error}") from error
-    # the chosen runs' invocations' files only (each file is one invocation's), filtered as read:
-    # a year of nights is as quick to compare as the last two
     wanted = {"run_id": list(chosen["run_id"]), "invocation_id": sorted(set(chosen["invocation_id"]))}
-    steps = store.scan_table(results, "steps", phase="measure", **wanted)
-    compiles = store.scan_table(results, "compiles", **wanted)
+
+    def read(table: str, **more: Any) -> pd.DataFrame:  # the chosen invocations' files only
+        paths = store_index.files_for(results, table, wanted["invocation_id"])
+        return store.scan_table(results, table, paths=paths, **wanted, **more)
+
+    if store_index.FILE in chosen.columns:  # index rows: the picked runs' every column
+        chosen = chosen[["run_id"]].merge(read("runs").drop_duplicates("run_id"), on="run_id", how="left")
+    steps = read("steps", phase="measure")
+    compiles = read("compiles")
     return Selection(selector, chosen, steps, compiles)
 
 
 def with_attained(runs: pd.DataFrame, results: str) -> pd.DataFrame:
     """``runs`` with ``mfu_attained`` against the ceilings measured in the store at ``results``
     (null for every run where it has none: docs/ceilings.md)."""
-    return attach_attained(runs, store.load_ceilings(results))
+    return attach_attained(runs, store.scan_table(results, "ceilings"))
 
 
 def prices_from(path: Path | None) -> dict[str, Price]:
@@ -368,7 +398,7 @@ def compare_command(
     serving_sides = select_serving(base_store, baseline), select_serving(results, candidate)
     paired = serving_sides[0] is not None and serving_sides[1] is not None
     try:
-        all_candidate_runs = load_all_runs(results)
+        all_candidate_runs = run_index(results)
         chosen_candidate = select(results, candidate, all_candidate_runs)
         chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
     except BadInput as error:
@@ -684,7 +714,7 @@ def report_command(
     if invocation and select_runs_:
         raise BadInput("--invocation and --select both choose the runs; give one")
     selector = select_runs_ or (f"invocation={invocation}" if invocation else "latest")
-    all_runs = load_all_runs(results)
+    all_runs = run_index(results)
     chosen = select(results, selector, all_runs)
     comparison = None
     if baseline:

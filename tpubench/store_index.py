@@ -1,0 +1,278 @@
+"""A narrow index of a store's table, kept between processes and read again only where the
+store changed.
+
+Why: a year of a fleet's nights is 4,000 invocations, one runs file each, and opening a runs
+file costs milliseconds whatever is read of it (its footer describes 170 columns): a fresh
+dashboard or ``tpubench compare`` that read a few columns of every run took 10 s at 100,000
+runs, and minutes on a bucket at tens of milliseconds a request. The index holds
+``columns`` of every row of ``table`` and, for each row, the file it came from. It is kept in
+the cache folder (:func:`tpubench.cache_dir.cache_dir`, ``index/``), one parquet file per
+store, table and set of columns, whose metadata records the identity of every file it was
+read from (local: size and modification time; a bucket: size and ETag, from the listing
+itself). The next read lists the table (:func:`tpubench.store.parquet_files`, the one
+definition of which files make a table: what compaction changes) and reads again only the
+files that are new or changed; rows of files no longer listed (a compaction's merged
+sources, a deleted night) are dropped. So the index stays right whatever writes the store
+(a night still writing, a compaction), and nothing in the cache folder is needed: a missing,
+unreadable or foreign index file only costs reading the table again. Nothing is written into
+the store, which may be read-only (a shared folder, a bucket without write access).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tpubench import store
+from tpubench.analysis import identity, scaling
+from tpubench.cache_dir import cache_dir
+
+#: a kept index of another format is read again from the store
+FORMAT = 1
+#: the index's column naming each row's file (its path under the store's root)
+FILE = "__file"
+_METADATA = b"tpubench.index"
+
+#: what the readers of every run need: selectors (:mod:`tpubench.analysis.select`), a
+#: configuration's identity and label (:mod:`tpubench.analysis.identity`), the dashboard's
+#: filters, pickers and Scaling page. One set, so that the dashboard and ``tpubench compare``
+#: keep one index of a store between them.
+RUN_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            "run_id",
+            "invocation_id",
+            "started_at",
+            "suite",
+            *identity.CONFIG_KEYS,
+            "status",
+            "tags",
+            "git_sha",
+            "trace_path",
+            "compile_count",  # what the Compilation page opens on
+            # the Scaling page's, which reads every invocation
+            "median_step_ms",
+            "tokens_per_s",
+            "samples_per_s",
+            "mfu",
+            "flops_per_step",
+            "peak_mem_bytes",
+            *scaling.DEFAULTS,
+            "tp_size",
+            "per_device_batch_size",
+            "global_batch_size",
+        )
+    )
+)
+
+
+@dataclass
+class _Kept:
+    """An index as read: every file's identity, the rows (Arrow, ``FILE`` included), and
+    the rows as the readers get them (pandas, upgraded), made on first use."""
+
+    files: dict[str, list[Any]]
+    table: pa.Table
+    frame: pd.DataFrame | None = None
+    version: int = field(default_factory=lambda: next(_VERSIONS))
+    months: dict[str, frozenset[str]] | None = None  # a runs index's: :func:`files_for`
+
+
+_KEPT: dict[tuple[str, str, tuple[str, ...]], _Kept] = {}
+_VERSIONS = itertools.count()
+_LOCK = threading.Lock()
+
+
+def read_index(results: str | Path, table: str, columns: Sequence[str]) -> pd.DataFrame:
+    """``columns`` of every row of ``table`` in the store at ``results``, as
+    :func:`tpubench.store.scan_table` reads them (older rows upgraded), with ``FILE``: the
+    path under the store's root of the file each row is in.
+
+    Reads only the files that changed since the index was last kept (this process's, else
+    the cache folder's); an unreadable file is named in a :class:`tpubench.store.StoreWarning`
+    and tried again next time. Raises :class:`tpubench.store.StoreError` as
+    :func:`tpubench.store.parquet_files` does (no such store).
+    """
+    columns = tuple(dict.fromkeys(columns))
+    location = store.Location(results)
+    listed = store.parquet_files(results, table)
+    current = identities(location, listed)
+    key = (location.url if location.remote else location.root, table, columns)
+    with _LOCK:
+        kept = _KEPT.get(key) or _load(key)
+        if kept is not None and kept.files == current:
+            _KEPT[key] = kept
+            return _frame(kept, table, columns).copy()
+        known = kept.files if kept is not None else {}
+        stale = [path for path, identity in current.items() if known.get(path) != identity]
+        dropped = pa.array([*stale, *(known.keys() - current.keys())], pa.string())
+        fresh, unread = _read(location, table, columns, stale)
+        pieces = [fresh]
+        if kept is not None:
+            pieces.insert(0, kept.table.filter(pc.invert(pc.is_in(kept.table[FILE], value_set=dropped))))
+        rows = pa.concat_tables(pieces, promote_options="permissive")
+        kept = _Kept({path: identity for path, identity in current.items() if path not in unread}, rows)
+        _KEPT[key] = kept
+        _save(key, kept)
+        return _frame(kept, table, columns).copy()
+
+
+def identities(location: store.Location, paths: Iterable[str]) -> dict[str, list[Any]]:
+    """Each listed file's identity, by its path under the store's root: what changes when a
+    writer replaces it (every write replaces a file whole). Local: size and modification time
+    (a ``stat``, no read). A bucket: size and ETag, which the listing already holds (the
+    file system keeps what it listed), so no request per file."""
+    found: dict[str, list[Any]] = {}
+    prefix = len(location.root) + 1
+    for path in paths:
+        try:
+            if location.remote:
+                info = location.fs.info(path)
+                identity = [int(info.get("size") or 0), str(info.get("ETag") or info.get("LastModified") or "")]
+            else:
+                stat = os.stat(path)
+                identity = [stat.st_size, stat.st_mtime_ns]
+        except FileNotFoundError:  # removed since the listing (a compaction's source)
+            continue
+        found[path[prefix:]] = identity
+    return found
+
+
+def version(results: str | Path, table: str, columns: Sequence[str]) -> int | None:
+    """A number that changes whenever this process's index of ``table``'s ``columns`` in the
+    store at ``results`` changes (None: it keeps none), so that what a reader derives from it
+    (the dashboard's tags and configuration codes) can be kept as long as it holds."""
+    location = store.Location(results)
+    key = (location.url if location.remote else location.root, table, tuple(dict.fromkeys(columns)))
+    with _LOCK:
+        kept = _KEPT.get(key)
+        return None if kept is None else kept.version
+
+
+def forget() -> None:
+    """Drop this process's kept indexes: the next read starts from the cache folder's (what a
+    fresh process does; ``benchmarks/dashboard_speed.py`` measures it)."""
+    with _LOCK:
+        _KEPT.clear()
+
+
+def kept_path(results: str | Path, table: str, columns: Sequence[str]) -> Path:
+    """Where the index of ``table``'s ``columns`` in the store at ``results`` is kept."""
+    location = store.Location(results)
+    return _path((location.url if location.remote else location.root, table, tuple(dict.fromkeys(columns))))
+
+
+def _path(key: tuple[str, str, tuple[str, ...]]) -> Path:
+    where, table, columns = key
+    digest = hashlib.sha256(json.dumps([FORMAT, where, table, columns]).encode()).hexdigest()[:24]
+    return cache_dir() / "index" / f"{table}-{digest}.parquet"
+
+
+def _frame(kept: _Kept, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    if kept.frame is None:
+        frame = store.upgrade(kept.table.to_pandas(), table)
+        kept.frame = frame[[*columns, FILE]]
+    return kept.frame
+
+
+def _read(
+    location: store.Location, table: str, columns: tuple[str, ...], paths: list[str]
+) -> tuple[pa.Table, set[str]]:
+    """``paths``' rows (``columns``, what :func:`tpubench.store.upgrade` needs, ``FILE``) and
+    the paths that could not be read, each named in a warning."""
+    absolute = [location.join(path) for path in paths]
+    read_columns = store.read_columns(table, columns)
+    unread: set[str] = set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = store.scan_files(location, table, absolute, read_columns, with_file=True)
+    for warning in caught:
+        message = str(warning.message)
+        unread |= {path for path, full in zip(paths, absolute, strict=True) if location.display(full) in message}
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    prefix = len(location.root) + 1
+    files = pc.utf8_slice_codeunits(found[FILE], prefix)
+    return found.set_column(found.schema.get_field_index(FILE), FILE, files), unread
+
+
+def _load(key: tuple[str, str, tuple[str, ...]]) -> _Kept | None:
+    """The cache folder's index for ``key``, or None where there is none it can trust."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(_path(key))
+        meta = json.loads((table.schema.metadata or {})[_METADATA])
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        return None
+    if meta.get("format") != FORMAT or meta.get("key") != [key[0], key[1], list(key[2])]:
+        return None
+    return _Kept(meta["files"], table.replace_schema_metadata(None))
+
+
+def _save(key: tuple[str, str, tuple[str, ...]], kept: _Kept) -> None:
+    """Keep ``kept`` in the cache folder, atomically; where it cannot be written (a read-only
+    home), nothing is kept and the next process reads the store again."""
+    meta = {"format": FORMAT, "key": [key[0], key[1], list(key[2])], "files": kept.files}
+    table = kept.table.replace_schema_metadata({_METADATA: json.dumps(meta).encode()})
+    with contextlib.suppress(OSError):
+        store.write_atomic(table, _path(key))
+
+
+def files_for(results: str | Path, table: str, invocations: Any) -> list[str] | None:
+    """The files of ``table`` (:func:`tpubench.store.parquet_files`) that can hold rows of
+    ``invocations`` (an id or several), by the runs index this process keeps: each
+    invocation's own file, and the compacted files of the months its runs are in (a
+    compaction merges each month's files of every table into that month's file, and an
+    invocation's files of all tables lie in one date partition). None, meaning every file,
+    where the index does not know one of them (a night newer than it) or none is kept.
+
+    Why: a compacted store holds a month per file, and a page about one night opened every
+    month's file to filter it (132 of them over a year of a fleet's nights)."""
+    wanted = set(invocations) if isinstance(invocations, (list, tuple, set, frozenset)) else {invocations}
+    location = store.Location(results)
+    where = location.url if location.remote else location.root
+    months: set[str] = set()
+    with _LOCK:
+        kept = next(
+            (
+                k
+                for (root, name, columns), k in _KEPT.items()
+                if root == where and name == "runs" and "invocation_id" in columns
+            ),
+            None,
+        )
+        if kept is None:
+            return None
+        if kept.months is None:
+            pairs = kept.table.select(["invocation_id", FILE]).group_by(["invocation_id", FILE]).aggregate([])
+            by_invocation: dict[str, set[str]] = {}
+            for invocation, path in zip(pairs["invocation_id"].to_pylist(), pairs[FILE].to_pylist(), strict=True):
+                by_invocation.setdefault(invocation, set()).add(_month(path))
+            kept.months = {invocation: frozenset(found) for invocation, found in by_invocation.items()}
+        for invocation in wanted:
+            if invocation not in kept.months:
+                return None
+            months |= kept.months[invocation]
+    return [
+        path
+        for path in store.parquet_files(results, table)
+        if (_month(path) in months if store.is_compacted(path) else store.file_invocation(path) in wanted)
+    ]
+
+
+def _month(path: str) -> str:
+    """``YYYY-MM`` of a file's date partition (``date=YYYY-MM-DD`` or a compacted ``date=YYYY-MM``)."""
+    return path.rsplit("/", 2)[-2].removeprefix("date=")[:7]
