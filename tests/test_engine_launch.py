@@ -168,9 +168,15 @@ def test_ctrl_c_while_waiting_stops_the_engine(tmp_path: Path, env: dict[str, st
         wait_for(started.exists, "the fake engine's start")
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt_once_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        launch.start(FAKE, "never", [], tmp_path / "engine.log", ready_timeout_s=120, env=env)
+    # a background job (a CI runner, `bash .ci/run &`) starts with SIGINT ignored, and Python
+    # then raises no KeyboardInterrupt: handle it here as a terminal's Ctrl-C is
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_once_started, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            launch.start(FAKE, "never", [], tmp_path / "engine.log", ready_timeout_s=120, env=env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert gone(int(started.read_text()))
 
 

@@ -53,7 +53,8 @@ def test_compare_gives_a_verdict_per_metric_with_json_and_markdown(two_sides, tm
     assert "gpt2/tiny infer float32 2x128" in table.stdout
     # the pairing keys the runs set; the dimensions gpt2 does not take, and a built-in's null model hash, are not listed
     unwrapped = " ".join(table.stdout.split())
-    assert "paired on workload, size, mode, dtype, batch_size, seq_len, gen_len, hosts, backend, device;" in unwrapped
+    paired = "paired on workload, size, mode, dtype, precision, batch_size, seq_len, gen_len, hosts, attention, backend"
+    assert f"{paired}, device;" in unwrapped
     # 2 runs per side can decide nothing: the line says so, never "no regression"
     assert found["verdict"] == "inconclusive" and "inconclusive (no regression shown" in table.stdout
 

@@ -57,8 +57,7 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     for column in CONFIG_KEYS:
         if column not in frame:
             frame[column] = {**ONE_DEVICE, **ONE_HOST, **ANY_ATTENTION}.get(column)
-    frame = precisions.filled(frame)  # a row from before --precision: its dtype's plain one
-    frame["attention"] = frame["attention"].astype(object).where(frame["attention"].notna(), ATTENTION_DEFAULT)
+    frame = with_run_settings(frame)
     frame["hosts"] = pd.to_numeric(frame["hosts"]).fillna(1).astype("int64")
     devices = pd.to_numeric(frame["devices"]).fillna(1).astype("int64")
     one = devices == 1
@@ -67,6 +66,18 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     frame["tp_size"] = pd.to_numeric(frame["tp_size"]).fillna(1).astype("int64").where(~one, 1)
     frame["scaling"] = frame["scaling"].astype(object).where(frame["scaling"].notna() & ~one, None)
     return frame
+
+
+def with_run_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``precision`` and ``attention`` read as a configuration reads them: a row
+    from before ``--precision`` in its dtype's plain one (null without a dtype), a row from
+    before ``--attention`` as ``auto``. For readers that key runs on :data:`CONFIG_KEYS`
+    without :func:`configurations`' layout rules (Scaling)."""
+    frame = precisions.filled(frame)
+    if "precision" not in frame:
+        frame = frame.assign(precision=None)
+    attention = frame["attention"] if "attention" in frame else pd.Series(None, index=frame.index, dtype=object)
+    return frame.assign(attention=attention.astype(object).where(attention.notna(), ATTENTION_DEFAULT))
 
 
 def pairable(runs: pd.DataFrame) -> pd.DataFrame:

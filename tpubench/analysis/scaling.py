@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from tpubench import peaks
-from tpubench.analysis.identity import CONFIG_KEYS, ONE_DEVICE, ONE_HOST
+from tpubench.analysis.identity import CONFIG_KEYS, ONE_DEVICE, ONE_HOST, with_run_settings
 from tpubench.analysis.nulls import is_missing
 from tpubench.analysis.prices import Price, device_kind, device_price
 from tpubench.spec import DIMENSIONS, hosts_label, shape_label
@@ -119,7 +119,7 @@ def normalised(runs: pd.DataFrame) -> pd.DataFrame:
     frame["tp_size"] = frame["tp_size"].astype("Float64").fillna(1).astype("Int64")
     frame["hosts"] = frame["hosts"].astype("Float64").fillna(1).astype("Int64")
     frame["parallel"] = frame["parallel"].astype(object).where(frame["parallel"].notna(), "none")
-    return frame
+    return with_run_settings(frame)
 
 
 def data_parallel(row: Mapping[str, Any]) -> int:
