@@ -230,7 +230,6 @@ def _tag_pairs(text: object) -> tuple[str, ...]:
 _PROCESSED: dict[str, tuple[tuple[int | None, ...], pd.DataFrame]] = {}
 
 
-@st.cache_data(ttl=TTL_S, show_spinner="Reading the results store ...")
 def run_index(results: str) -> Loaded:
     """Every run, :data:`INDEX_COLUMNS` only, oldest first, with its tags as ``key=value`` pairs.
 
@@ -238,8 +237,30 @@ def run_index(results: str) -> Loaded:
     over a year of a fleet's runs) is made again only when the kept index changed, not after
     every expiry of the cache or Reload.
 
+    The store is read (its changed files) at most once per expiry of the cache
+    (:func:`_read_run_index`); the frame itself is kept in this process, not in Streamlit's
+    cache, which pickled it on a first render and unpickled it on every rerun: 0.1 to 0.2 s
+    each way over a year of a fleet's runs, on every filter change of every page. Each caller
+    gets its own copy, as the cache gave one.
+
     Raises :class:`tpubench.store.StoreError` when the store does not exist.
     """
+    skipped = _read_run_index(results)
+    kept = _PROCESSED.get(results)
+    frame = kept[1] if kept is not None else _processed(results).frame
+    return Loaded(frame.copy(), skipped)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading the results store ...")
+def _read_run_index(results: str) -> tuple[str, ...]:
+    """Reads the store's runs index (:func:`_processed`), at most once per expiry of the cache;
+    what it keeps is the files it could not read, not the frame."""
+    return _processed(results).skipped
+
+
+def _processed(results: str) -> Loaded:
+    """The runs index read now (only the files that changed), ordered, tags parsed and
+    configuration codes made; kept in :data:`_PROCESSED` by the kept indexes it came from."""
     loaded = _scan(results, "runs", INDEX_COLUMNS, read=_indexed)
     versions = tuple(store_index.version(location, "runs", INDEX_COLUMNS) for location in stores(results))
     known, frame = _PROCESSED.get(results, ((), None))
@@ -587,10 +608,38 @@ def ceilings(results: str) -> Loaded:
     A small table (a row per sweep point), read whole, from the index kept between servers
     (each sweep is an invocation of its own: a year of them was 134 files to open again on
     every page that shows MFU against a ceiling)."""
+    return _read_ceilings(results)
+
+
+def _read_ceilings(results: str) -> Loaded:
     try:
         return _scan(results, "ceilings", tuple(store.TABLES["ceilings"].names), read=_indexed)
     except store.StoreError:
         return Loaded(store.TABLES["ceilings"].empty_table().to_pandas())
+
+
+@dataclass(frozen=True)
+class CeilingsRead:
+    """What a page needs of a read of the ceilings table besides what is made of its rows:
+    the unreadable files skipped, whether any point measured, and the versions of the kept
+    indexes read (:func:`tpubench.store_index.version`, one per store)."""
+
+    skipped: tuple[str, ...]
+    measured: bool
+    versions: tuple[int | None, ...]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def ceilings_read(results: str) -> CeilingsRead:
+    """Reads the store's ceilings (the kept index: only changed files), at most once per
+    expiry of the cache, and says what :class:`CeilingsRead` holds, not the rows: Streamlit's
+    cache pickles what it keeps and unpickles it on every call, and a year's sweeps with
+    their samples took 0.14 s each way, four times on every render of the Ceilings page."""
+    loaded = _read_ceilings(results)
+    measured = not loaded.frame.empty and bool((loaded.frame["status"] == "ok").any())
+    columns = tuple(store.TABLES["ceilings"].names)
+    versions = tuple(store_index.version(location, "ceilings", columns) for location in stores(results))
+    return CeilingsRead(loaded.skipped, measured, versions)
 
 
 #: what :func:`_of_ceilings` made of each store's ceilings, by the kept index it came from
@@ -600,13 +649,12 @@ _OF_CEILINGS: dict[tuple[str, str], tuple[tuple[int | None, ...], pd.DataFrame]]
 def _of_ceilings(results: str, what: str, make: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame:
     """``make`` of the store's ceilings table, made again only when the kept index of the table
     changed: an analysis of a year's sweeps (134 of them) took a second of CPU, after every
-    expiry of the cache or Reload, on the Ceilings page and every page showing MFU against one."""
-    frame = ceilings(results).frame
-    columns = tuple(store.TABLES["ceilings"].names)
-    versions = tuple(store_index.version(location, "ceilings", columns) for location in stores(results))
+    expiry of the cache or Reload, on the Ceilings page and every page showing MFU against one.
+    The rows are read only to make it (:func:`ceilings_read` says whether they changed)."""
+    versions = ceilings_read(results).versions
     known, made = _OF_CEILINGS.get((results, what), ((), None))
     if made is None or known != versions or None in versions:
-        made = make(frame)
+        made = make(_read_ceilings(results).frame)
         _OF_CEILINGS[(results, what)] = (versions, made)
     return made
 

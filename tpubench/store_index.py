@@ -6,8 +6,8 @@ file costs milliseconds whatever is read of it (its footer describes 170 columns
 dashboard or ``tpubench compare`` that read a few columns of every run took 10 s at 100,000
 runs, and minutes on a bucket at tens of milliseconds a request. The index holds
 ``columns`` of every row of ``table`` and, for each row, the file it came from. It is kept in
-the cache folder (:func:`tpubench.cache_dir.cache_dir`, ``index/``), one parquet file per
-store, table and set of columns, whose metadata records the identity of every file it was
+the cache folder (:func:`tpubench.cache_dir.cache_dir`, ``index/``), one Arrow IPC file
+(LZ4) per store, table and set of columns, whose metadata records the identity of every file it was
 read from (local: size and modification time; a bucket: size and ETag, from the listing
 itself). The next read lists the table (:func:`tpubench.store.parquet_files`, the one
 definition of which files make a table: what compaction changes) and reads again only the
@@ -40,8 +40,9 @@ from tpubench import store
 from tpubench.analysis import identity, scaling
 from tpubench.cache_dir import cache_dir
 
-#: a kept index of another format is read again from the store
-FORMAT = 1
+#: a kept index of another format is read again from the store (1: parquet; 2: Arrow IPC,
+#: which a fresh process reads in 0.015 s at 100,000 runs where the parquet took 0.15-0.2 s)
+FORMAT = 2
 #: the index's column naming each row's file (its path under the store's root)
 FILE = "__file"
 _METADATA = b"tpubench.index"
@@ -178,7 +179,7 @@ def kept_path(results: str | Path, table: str, columns: Sequence[str]) -> Path:
 def _path(key: tuple[str, str, tuple[str, ...]]) -> Path:
     where, table, columns = key
     digest = hashlib.sha256(json.dumps([FORMAT, where, table, columns]).encode()).hexdigest()[:24]
-    return cache_dir() / "index" / f"{table}-{digest}.parquet"
+    return cache_dir() / "index" / f"{table}-{digest}.arrow"
 
 
 def _frame(kept: _Kept, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -210,10 +211,9 @@ def _read(
 
 def _load(key: tuple[str, str, tuple[str, ...]]) -> _Kept | None:
     """The cache folder's index for ``key``, or None where there is none it can trust."""
-    import pyarrow.parquet as pq
-
     try:
-        table = pq.read_table(_path(key))
+        with pa.OSFile(str(_path(key))) as source:
+            table = pa.ipc.open_file(source).read_all()
         meta = json.loads((table.schema.metadata or {})[_METADATA])
     except (OSError, KeyError, ValueError, pa.ArrowException):
         return None
@@ -228,7 +228,24 @@ def _save(key: tuple[str, str, tuple[str, ...]], kept: _Kept) -> None:
     meta = {"format": FORMAT, "key": [key[0], key[1], list(key[2])], "files": kept.files}
     table = kept.table.replace_schema_metadata({_METADATA: json.dumps(meta).encode()})
     with contextlib.suppress(OSError):
-        store.write_atomic(table, _path(key))
+        _write_atomic(table, _path(key))
+
+
+def _write_atomic(table: pa.Table, path: Path) -> None:
+    """``table`` as an Arrow IPC file at ``path``, which readers see whole or not at all (two
+    servers may keep the same index at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+        with open(temporary, "rb+") as stream:
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:  # an error, Ctrl-C or SIGTERM mid-write: no debris
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def files_for(results: str | Path, table: str, invocations: Any) -> list[str] | None:

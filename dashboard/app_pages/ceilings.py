@@ -81,10 +81,9 @@ def main() -> None:
     if view is None:
         return
     st.title("Ceilings")
-    loaded = data.ceilings(view.results)
-    ui.warn_skipped(loaded.skipped)
-    frame = loaded.frame
-    if frame.empty or not (frame["status"] == "ok").any():
+    read = data.ceilings_read(view.results)  # not the rows: the analyses below are kept
+    ui.warn_skipped(read.skipped)
+    if not read.measured:
         if view.problem == "empty":
             ui.empty_state(view)
         st.info("No ceilings measured in this store yet. Measure this host's devices, then reload:")

@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -74,11 +77,18 @@ def filled(frame: Any) -> Any:
     since. ``frame`` itself where nothing is missing, else a copy."""
     if "dtype" not in frame.columns:
         return frame
-    own = frame["precision"].tolist() if "precision" in frame.columns else [None] * len(frame)
-    if "precision" in frame.columns and all(isinstance(p, str) and p for p in own):
-        return frame
-    frame = frame.copy()
-    frame["precision"] = [of_row(p, d) for p, d in zip(own, frame["dtype"].tolist(), strict=True)]
+    # in Arrow, not a Python call per row, nor a copy of every column: over a year of a
+    # fleet's runs (100,000 rows) those cost 0.15 s of each fresh read of the runs index
+    dtypes = pa.array(frame["dtype"], pa.string(), from_pandas=True)
+    plain_of = pc.take(pa.array(list(PLAIN.values())), pc.index_in(dtypes, value_set=pa.array(list(PLAIN))))
+    if "precision" in frame.columns:
+        own = pa.array(frame["precision"], pa.string(), from_pandas=True)
+        named = pc.fill_null(pc.not_equal(own, ""), False)
+        if pc.all(named).as_py() is not False:  # every row names its own (or there is none)
+            return frame
+        plain_of = pc.if_else(named, own, plain_of)
+    frame = frame.copy(deep=False)  # the new column replaces the old one: the caller's frame keeps its own
+    frame["precision"] = plain_of.to_numpy(zero_copy_only=False)
     return frame
 
 
