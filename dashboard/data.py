@@ -27,7 +27,7 @@ from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store, store_index
 from tpubench.analysis import ceilings as ceilings_analysis
-from tpubench.analysis import changepoints, compare, identity, scaling, serving_compare
+from tpubench.analysis import changepoints, compare, identity, serving_compare
 from tpubench.analysis import serving as serving_analysis
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
@@ -84,20 +84,6 @@ SERVING_COLUMNS = (
 )
 
 
-#: what the Scaling page reads of a run (:mod:`tpubench.analysis.scaling`): every run's
-SCALING_COLUMNS = (
-    *PICKER_COLUMNS,
-    "median_step_ms",
-    "tokens_per_s",
-    "samples_per_s",
-    "mfu",
-    "flops_per_step",
-    "peak_mem_bytes",
-    *scaling.DEFAULTS,
-    "tp_size",
-    "per_device_batch_size",
-    "global_batch_size",
-)
 #: what the Precision & context page reads of the runs it shows (:mod:`tpubench.analysis.precision`)
 PRECISION_COLUMNS = tuple(
     dict.fromkeys(  # once each: the pickers' columns name the precision and attention too

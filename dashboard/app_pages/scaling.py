@@ -73,7 +73,7 @@ def main() -> None:
     if view is None:
         return
     st.title("Scaling")
-    runs = view.runs  # the index holds what the scaling views read (data.SCALING_COLUMNS)
+    runs = view.runs  # the index holds what the scaling views read (store_index.RUN_COLUMNS)
     report = scaling.scaling_report(runs)
     if report.empty:
         st.info("No multi-device configuration among the runs the filters keep. A sweep over N that fills this page:")
