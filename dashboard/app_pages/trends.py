@@ -101,22 +101,7 @@ def serving_trends(results: str, points: pd.DataFrame) -> None:
     if changes.empty:
         st.success("No change point in the serving series of the window.")
         return
-    ui.table(
-        pd.DataFrame(
-            {
-                "series": changes["series"],
-                "from": pd.to_datetime(changes["started_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M"),
-                "direction": changes["direction"],
-                "change %": changes["change_pct"].round(1),
-                "before": changes["before"].round(3),
-                "after": changes["after"].round(3),
-                "p": changes["p_value"],
-                "engine version": changes["engine_version"],
-                "git sha": changes["git_sha"],
-                "invocation": changes["invocation_id"],
-            }
-        ).sort_values("from", ascending=False)
-    )
+    ui.table(change_table(changes, {"engine version": changes["engine_version"]}))
 
 
 def runs_trends(view: ui.View) -> None:
@@ -186,22 +171,31 @@ def runs_trends(view: ui.View) -> None:
     first_runs = points.drop_duplicates(["series", "invocation_id"])[["series", "invocation_id", "run_id"]]
     listed = changes.merge(first_runs, on=["series", "invocation_id"], how="left")
     ui.table(
-        pd.DataFrame(
-            {
-                "series": listed["series"],
-                "from": pd.to_datetime(listed["started_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M"),
-                "direction": listed["direction"],
-                "change %": listed["change_pct"].round(1),
-                "before": listed["before"].round(3),
-                "after": listed["after"].round(3),
-                "p": listed["p_value"],
-                "git sha": listed["git_sha"],
-                "invocation": listed["invocation_id"],
-                "first run after": "run_details?run=" + listed["run_id"].fillna(""),
-            }
-        ).sort_values("from", ascending=False),
+        change_table(listed, after={"first run after": "run_details?run=" + listed["run_id"].fillna("")}),
         links=("first run after",),
     )
+
+
+def change_table(
+    changes: pd.DataFrame, version: dict[str, pd.Series] | None = None, after: dict[str, pd.Series] | None = None
+) -> pd.DataFrame:
+    """The change points as both kinds of series list them, newest first: ``version`` columns
+    before the git sha (a serving point's engine version), ``after`` columns last."""
+    return pd.DataFrame(
+        {
+            "series": changes["series"],
+            "from": pd.to_datetime(changes["started_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M"),
+            "direction": changes["direction"],
+            "change %": changes["change_pct"].round(1),
+            "before": changes["before"].round(3),
+            "after": changes["after"].round(3),
+            "p": changes["p_value"],
+            **(version or {}),
+            "git sha": changes["git_sha"],
+            "invocation": changes["invocation_id"],
+            **(after or {}),
+        }
+    ).sort_values("from", ascending=False)
 
 
 main()
