@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,7 +79,17 @@ def finish(driver: subprocess.Popen) -> str:
     except subprocess.TimeoutExpired:
         driver.send_signal(signal.SIGABRT)
         output, _ = driver.communicate(timeout=60)
-        raise SystemExit(f"scenario: the driver did not exit; its output and stacks:\n{output[-6000:]}") from None
+        raise SystemExit(f"scenario: the driver did not exit; its output and stacks:\n{stacks_first(output)}") from None
+
+
+def stacks_first(output: str) -> str:
+    """A hung driver's output for a failure message: every thread's stack whole (the innermost
+    frames first, which say where it waits), then the tail of what it printed before; without
+    the list of extension modules the dump ends with, which says nothing and pushed the
+    innermost frames out of the message."""
+    before, fatal, dump = output.partition("Fatal Python error")
+    dump = re.sub(r"\n\s*Extension modules:.*", "", dump, flags=re.DOTALL)
+    return f"{fatal}{dump}\n--- its output before ---\n{before[-2000:]}"
 
 
 def stored_rows(out: Path) -> int:

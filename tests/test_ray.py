@@ -87,7 +87,7 @@ def scenario(name: str, out: Path) -> dict:
     done = subprocess.run(
         ["unshare", "-n", "bash", "-c", inner], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-10000:]  # a hang's stacks (finish)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -386,7 +386,7 @@ class FleetRun:
         known = [node["NodeID"] for node in self.nodes]
         while True:
             self.write_ready()
-            waiting = {ref: pool for pool in self.pools.values() for ref in [*pool.starting, *pool.busy]}
+            waiting = {ref: pool for pool in self.pools.values() for ref in [*awaited(pool), *pool.busy]}
             if not waiting:
                 return
             done, _ = self.ray.wait(list(waiting), num_returns=1, timeout=POLL_S)
@@ -505,6 +505,18 @@ class FleetRun:
             self.runner.write(row, *tables)
             self.rows.append(row)
             self.runner.observer.on_finish(spec, row)
+
+
+def awaited(pool: Pool) -> list[Any]:
+    """The starting actors of ``pool`` worth waiting for: none once its queue is empty.
+
+    An actor that Ray has not placed yet may never start: a one-node cluster with two CPUs
+    and a ``TPU: 4`` gets three actors (one for the CPU, two for the chips), and the third
+    waits for a CPU that the two idle ones keep once every queue is empty (idle actors end
+    with the job, :meth:`FleetRun.dispatch`). Waiting for it hung the driver for good
+    whenever the chips' runs happened to finish after the CPU's last one had started.
+    """
+    return list(pool.starting) if pool.queue else []
 
 
 def alive_nodes(ray: Any) -> list[dict[str, Any]]:
