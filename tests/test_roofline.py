@@ -347,6 +347,32 @@ def test_roofline_reads_the_stores_measured_ceilings(results: Path, cpu_run: dic
     assert "memory from cpu sweep full-sweep" in " ".join(shown.stdout.split())
 
 
+def as_h100_run(results: Path, run_id: str, precision: str) -> None:
+    """The run's row rewritten as a bf16 cuda run on an H100 in ``precision`` (no GPU here: only
+    the row's backend, device, dtype and precision change; its ops stay the CPU trace's)."""
+    for path in (results / "runs").glob("date=*/*.parquet"):
+        frame = pd.read_parquet(path)
+        mine = frame["run_id"] == run_id
+        changed = ["backend", "device", "dtype", "precision"]
+        frame.loc[mine, changed] = ["cuda", "NVIDIA H100 80GB HBM3", "bfloat16", precision]
+        frame.to_parquet(path, index=False)
+
+
+@pytest.mark.parametrize(("precision", "peak"), [("fp8", "fp8"), ("int8-wo", "bfloat16"), ("bf16", "bfloat16")])
+def test_a_converted_runs_roofline_takes_the_peak_its_matmuls_ran_at(
+    results: Path, cpu_run: dict, tmp_path: Path, precision: str, peak: str
+) -> None:
+    """An fp8 run's matmuls ran on fp8 tensor cores: its roof is the H100's fp8 peak, twice its
+    bf16 one, as its MFU's is; int8 weight-only multiplies in bf16 and keeps the bf16 roof."""
+    converted = copy_store(results, tmp_path / precision)
+    as_h100_run(converted, cpu_run["run_id"], precision)
+    done = in_process(f"roofline {cpu_run['run_id']} --json --results", str(converted))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)["ceilings"]
+    sheet = roofline.ceilings_for("NVIDIA H100 80GB HBM3", "cuda", peak)
+    assert found["source"] == "datasheet" and found["ridge"] == pytest.approx(sheet.ridge)
+
+
 @pytest.mark.nightly
 def test_roofline_command_pairs_two_runs(results: Path, cpu_run: dict, xla_run: dict) -> None:
     done = in_process(f"roofline {cpu_run['run_id']} {xla_run['run_id']} --json --results", str(results))

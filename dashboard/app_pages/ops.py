@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
+from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import ops as analysis
 from tpubench.analysis import roofline
 
@@ -47,14 +48,16 @@ def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
 
 def _roofline_of(view: ui.View, run_id: str, ops: pd.DataFrame) -> tuple[str, pd.DataFrame, roofline.RooflineCeilings]:
     """A run's roofline table (one point per op and shapes) against the store's measured
-    ceilings for its device and dtype, else the data sheet's, with the run's label."""
+    ceilings for its device and what its matmuls ran in (fp8 for a float8 run:
+    :func:`tpubench.analysis.ceilings.matmul_dtype`), else the data sheet's, with the run's label."""
     invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
-    run = data.runs(view.results, (invocation,), (run_id,), ("run_id", "backend", "device", "dtype")).frame
+    columns = ("run_id", "backend", "device", "dtype", "backend_metrics", "precision")
+    run = data.runs(view.results, (invocation,), (run_id,), columns).frame
     first = run.iloc[0] if len(run) else pd.Series({"backend": "", "device": "", "dtype": ""})
     ceilings = roofline.ceilings_for(
         str(first["device"]),
         roofline.device_kind(first["backend"], first["device"]),
-        str(first["dtype"]),
+        str(ceilings_analysis.matmul_dtype(first["dtype"], first.get("backend_metrics"), first.get("precision"))),
         data.roofline_ceilings(view.results),
     )
     return run_id, roofline.roofline(ops, ceilings, by="shape"), ceilings

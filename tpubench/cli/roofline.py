@@ -54,7 +54,9 @@ def _run_table(
             f"predate them; rebuild them with `tpubench ops --ingest {run['run_id']}`, and if the trace has no "
             f"shapes, record one with `{_capture_hint(run)}` (it records shapes)"
         )
-    ceilings = analysis.ceilings_for(str(_value(run, "device") or ""), _device_kind(run), run["dtype"], measured)
+    # against the peak of what its matmuls ran in: fp8 for a float8 run, TF32 where it was on
+    matmuls = ceilings_analysis.matmul_dtype(run["dtype"], _value(run, "backend_metrics"), _value(run, "precision"))
+    ceilings = analysis.ceilings_for(str(_value(run, "device") or ""), _device_kind(run), matmuls, measured)
     return run, ceilings, analysis.roofline(rows, ceilings, by=by), analysis.step_shares(rows, ceilings)
 
 
