@@ -424,6 +424,10 @@ def test_bench_names_a_factory_by_a_reference_a_worker_can_import(user_dir: Path
         ({"devices": 2}, "devices=2 needs parallel, the plan to split the run by: dp, fsdp, tp, fsdp_tp"),
         ({"parallel": "bogus"}, "unknown parallel='bogus'; valid: none, dp, fsdp, tp, fsdp_tp"),
         ({"backends": ["nope"]}, "unknown backend 'nope'; valid: cpu, "),
+        ({"precision": "bogus"}, "unknown precision 'bogus'; valid: bf16, fp32, fp8"),
+        ({"precision": "fp8", "dtype": "float32"}, "precision fp8 computes in bfloat16 (its base dtype)"),
+        ({"precision": "int4-wo", "modes": ["train"]}, "precision int4-wo quantizes for inference"),
+        ({"precision": "fp8", "backends": ["xla"]}, "precision fp8 has no torchao path on the xla backend"),
     ],
 )
 def test_bench_refuses_bad_input_in_its_own_arguments_words(user_dir: Path, arguments: dict, message: str) -> None:
@@ -432,6 +436,15 @@ def test_bench_refuses_bad_input_in_its_own_arguments_words(user_dir: Path, argu
     with pytest.raises(ModelRefError) as refused:
         tpubench.bench("my_model:make_model", "my_model:make_inputs", **arguments)
     assert str(refused.value).startswith(message) and "--" not in str(refused.value)
+
+
+def test_bench_takes_a_precision_and_leaves_out_a_mode_it_cannot_run(user_dir: Path) -> None:
+    """``precision="int8-wo"`` builds in bfloat16 as ``--precision`` does; train, a default mode
+    it cannot take, is left out with a warning that says why, not stored as a failed row."""
+    with pytest.warns(TpubenchWarning, match="int8-wo quantizes for inference.*left out"):
+        rows = tpubench.bench("my_model:make_model", "my_model:make_inputs", precision="int8-wo", steps=1, warmup=0)
+    [row] = rows.to_dict("records")
+    assert (row["mode"], row["status"], row["precision"], row["dtype"]) == ("infer", "ok", "int8-wo", "bfloat16")
 
 
 # --- identity in rows: MFU, pairing --------------------------------------------------------------

@@ -99,8 +99,8 @@ def bench(
     inputs: Factory | None = None,
     loss: Factory | None = None,
     *,
-    backends: Sequence[str] = ("cpu",),
-    modes: Sequence[str] = ("train", "infer"),
+    backends: Sequence[str] | None = None,
+    modes: Sequence[str] | None = None,
     batch_size: int | Sequence[int] | None = None,
     seq_len: int | Sequence[int] | None = None,
     image_size: int | Sequence[int] | None = None,
@@ -111,7 +111,8 @@ def bench(
     scaling: str | None = None,
     model_config: dict[str, Any] | Iterable[tuple[str, Any]] | None = None,
     task: str | None = None,
-    dtype: str = "float32",
+    dtype: str | None = None,
+    precision: str | None = None,
     results: str | Path | None = None,
     pythons: dict[str, str] | None = None,
     tags: dict[str, str] | None = None,
@@ -125,7 +126,11 @@ def bench(
     dict | tuple``; ``loss`` is ``(model, batch) -> scalar``. ``model_config`` goes to the
     factory as keyword arguments (hf: onto the config). ``devices`` (a sweep), ``parallel``
     (dp, fsdp, tp, fsdp_tp), ``tp`` and ``scaling`` spread each run over several devices, as
-    ``tpubench run --devices`` does (docs/multi-device.md). ``options`` are the remaining
+    ``tpubench run --devices`` does (docs/multi-device.md). ``backends`` default to the CPU,
+    ``modes`` to train and infer. ``precision`` (``fp8``, ``int8-wo``...: docs/precision.md)
+    sets the dtype it builds in, as ``--precision`` does; without it ``dtype`` (default
+    float32). A mode or backend it cannot take is left out with a warning, or a ValueError
+    where ``modes`` or ``backends`` named it. ``options`` are the remaining
     :class:`tpubench.spec.RunSpec` settings (``steps``, ``warmup``, ``timeout_s``,
     ``verify``...). The rows are written to the store only when ``results`` names one.
     Bad input (an unknown backend too) raises :class:`workloads.custom.ModelRefError` (a
@@ -146,6 +151,7 @@ def bench(
         resolve,
         stored_ref,
     )
+    from tpubench.precision import choices as precisions
     from tpubench.runner import SuiteRunner, plan
     from workloads.custom.ref import ModelRefError
 
@@ -162,12 +168,14 @@ def bench(
         )
         workload = resolve(ref)
         check_dims(workload, {"seq_len": seq_len, "image_size": image_size, "latent_size": latent_size})
+        precision, dtype = precisions.resolve(precision, dtype)
         try:
             specs = plan(
                 [workload],
-                backends=backends,
-                modes=modes,
+                backends=backends or ("cpu",),
+                modes=modes or ("train", "infer"),
                 dtype=dtype,
+                precision=precision,
                 batch_size=batch_size,
                 seq_len=seq_len,
                 image_size=image_size,
@@ -181,9 +189,11 @@ def bench(
             )
         except KeyError as error:  # an unknown backend: bad input, like the rest
             raise ValueError(error.args[0]) from None
-        specs = prepared(workload, specs)
+        specs, notes = precisions.runnable(prepared(workload, specs), modes or (), backends or ())
     except ValueError as error:  # ModelRefError among them
         raise ModelRefError(api_words(str(error))) from None
+    for note in notes:  # a mode or backend the precision cannot take, left out
+        warnings.warn(api_words(note.removeprefix("note: ")), TpubenchWarning, stacklevel=2)
     with tempfile.TemporaryDirectory(prefix="tpubench-bench-") as scratch:
         runner = SuiteRunner(results_dir=results or scratch, pythons=dict(pythons or {}), tags=dict(tags or {}))
         rows = runner.run(specs)

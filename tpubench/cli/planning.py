@@ -237,27 +237,11 @@ def precision_options(precision: str | None, dtype: str | None, verify: bool = F
 
 def precision_runs(choice: Choice, specs: list[RunSpec]) -> tuple[list[RunSpec], list[str]]:
     """The planned runs a converted precision can take, and a note for each mode or backend
-    left out. One the user named (``--mode train`` with ``int8-wo``, ``--backend xla`` with
-    ``fp8``) is bad input instead: one ``error:`` line before anything runs."""
-    kept, notes = [], []
-    for spec in specs:
-        refusals = (
-            (precisions.mode_refusal(spec.precision, spec.mode), spec.mode in choice.modes),
-            (precisions.backend_refusal(spec.precision, spec.backend), spec.backend in choice.backends),
-        )
-        for why, named in refusals:
-            if why and named:
-                raise BadInput(why)
-        if spec.devices > 1 and precisions.is_converted(spec.precision):
-            raise BadInput(
-                f"--precision {spec.precision} runs on one device: converting a model split over "
-                f"{spec.devices} devices (torchao's float8 with FSDP2 or tensor parallelism) is not built yet"
-            )
-        if whys := [why for why, _ in refusals if why]:
-            notes += [f"note: {why}: left out" for why in whys]
-        else:
-            kept.append(spec)
-    return kept, list(dict.fromkeys(notes))
+    left out (:func:`tpubench.precision.choices.runnable`); one the user named is bad input."""
+    try:
+        return precisions.runnable(specs, choice.modes, choice.backends)
+    except ValueError as error:
+        raise BadInput(str(error)) from error
 
 
 def plan_runs(choice: Choice, **options: Any) -> list[RunSpec]:

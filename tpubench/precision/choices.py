@@ -12,6 +12,7 @@ against the bf16 peak; int8 dynamic quantisation multiplies in int8.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,3 +146,31 @@ def backend_refusal(precision: str, backend: str) -> str | None:
         f"--precision {precision} has no torchao path on the {backend} backend; it runs on "
         f"{', '.join(chosen.families)} backends"
     )
+
+
+def runnable(
+    specs: list[Any], named_modes: Collection[str], named_backends: Collection[str]
+) -> tuple[list[Any], list[str]]:
+    """The planned runs (:class:`tpubench.spec.RunSpec`) their precision can take, and a note for
+    each mode or backend left out. A mode or backend the user named (``--mode train`` with
+    ``int8-wo``, ``--backend xla`` with ``fp8``) is a ValueError instead, as is a converted
+    precision over several devices: bad input, said before anything runs."""
+    kept, notes = [], []
+    for spec in specs:
+        refusals = (
+            (mode_refusal(spec.precision, spec.mode), spec.mode in named_modes),
+            (backend_refusal(spec.precision, spec.backend), spec.backend in named_backends),
+        )
+        for why, named in refusals:
+            if why and named:
+                raise ValueError(why)
+        if spec.devices > 1 and is_converted(spec.precision):
+            raise ValueError(
+                f"--precision {spec.precision} runs on one device: converting a model split over "
+                f"{spec.devices} devices (torchao's float8 with FSDP2 or tensor parallelism) is not built yet"
+            )
+        if whys := [why for why, _ in refusals if why]:
+            notes += [f"note: {why}: left out" for why in whys]
+        else:
+            kept.append(spec)
+    return kept, list(dict.fromkeys(notes))
