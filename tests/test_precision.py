@@ -193,7 +193,7 @@ def test_device_checks_name_what_is_missing() -> None:
         ("NVIDIA L40S", "cuda", "fp8", 733, "FP8 733 TFLOPS"),
         ("AMD Instinct MI300X", "cuda", "fp8", 2614.9, "FP8 2614.9"),
         ("AMD Instinct MI325X", "cuda", "int8", 2614.9, "INT8 2614.9 TOPS"),
-        ("TPU v5 lite", "tpu", "int8", 394, "394 TOPs INT8"),  # v5e
+        ("TPU v5 lite", "tpu", "int8", 393, "393 TOPs INT8"),  # v5e
         ("TPU v5", "tpu", "int8", 918, "918 TOPs INT8"),  # v5p
         ("TPU v6 lite", "tpu", "int8", 1836, "1,836 TOPs INT8"),  # v6e
         ("TPU v6 lite", "tpu", "fp8", 918, "FP8 at the BF16 rate"),
