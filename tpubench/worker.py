@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -217,7 +218,8 @@ def measure(spec: RunSpec, channel: Channel) -> dict[str, Any]:
         channel.send("phase", phase="ingest", step=0, of=1)
         row |= ingest_trace(trace_path, spec.profile_steps, spec.devices, row["median_step_ms"])
     if workload.attention:
-        row |= attention_columns(spec, backend, step, trace_path, capture, len(measured.records), channel)
+        traced = attention_trace_steps(row.get("median_step_ms"))
+        row |= attention_columns(spec, backend, step, trace_path, capture, len(measured.records), channel, traced)
     row |= compile_columns(spec, capture, measured.records)
     quality_found, quality_note = quality_columns(spec, instance, backend, reference, measured.records)
     row |= quality_found
@@ -262,9 +264,22 @@ def quality_columns(
         return {"reference_precision": choices.REFERENCE}, [note]
 
 
-#: steps traced for the attention columns where the run traced none: several, so that one step
-#: slowed by another process weighs a third (a share's noise on a busy host is the step's)
-ATTENTION_TRACE_STEPS = 3
+#: what the steps traced for the attention columns (where the run traced none) add up to, at
+#: least: a share read from a few milliseconds is the noise of whatever else the host ran then
+#: (a tiny llama3 at 128 tokens read 0.17 to 0.38 from three 5 ms steps on a busy 2-core host,
+#: 0.17 from fifty), so short steps are traced by the many
+ATTENTION_TRACE_S = 0.5
+#: the fewest and the most steps traced for them
+ATTENTION_TRACE_STEPS = (3, 50)
+
+
+def attention_trace_steps(step_ms: float | None) -> int:
+    """Steps to trace for the attention columns: enough for :data:`ATTENTION_TRACE_S` at the
+    run's median step, within :data:`ATTENTION_TRACE_STEPS`."""
+    fewest, most = ATTENTION_TRACE_STEPS
+    if not step_ms or step_ms <= 0:
+        return fewest
+    return max(fewest, min(most, math.ceil(ATTENTION_TRACE_S * 1e3 / step_ms)))
 
 
 def attention_refusal(spec: RunSpec, error: Exception, caught: list[warnings.WarningMessage]) -> str | None:
@@ -293,12 +308,13 @@ def attention_columns(
     capture: compiles.Capture | None,
     measured_steps: int,
     channel: Channel,
+    trace_steps: int,
 ) -> dict[str, Any]:
     """The attention kernel that ran and attention's share of a step (docs/long-context.md).
 
-    From the run's trace where it took one (``--profile``), else from :data:`ATTENTION_TRACE_STEPS`
-    more steps traced for it after every figure is read (``--attention`` given:
-    ``spec.trace_attention``); without a
+    From the run's trace where it took one (``--profile``), else from ``trace_steps`` more
+    steps traced for it (:func:`attention_trace_steps`) after every figure is read
+    (``--attention`` given: ``spec.trace_attention``); without a
     trace, the kernel is the SDPA backend or flex that was forced (source ``forced``), and the
     share is unknown (null). A trace that cannot be read costs these columns, never the run."""
     from tpubench.traces import attention as traced
@@ -309,11 +325,11 @@ def attention_columns(
     scratch = None
     try:
         if trace_path is None and spec.trace_attention:
-            channel.send("phase", phase="trace attention", step=0, of=ATTENTION_TRACE_STEPS)
+            channel.send("phase", phase="trace attention", step=0, of=trace_steps)
             if capture:
                 capture.before_step(measured_steps, "profile")
             scratch = tempfile.mkdtemp(prefix="tpubench-attention-")
-            trace_path = backend.profile(step, ATTENTION_TRACE_STEPS, scratch)
+            trace_path = backend.profile(step, trace_steps, scratch)
         if trace_path is not None:
             found = traced.read(trace_path)
             if found.kernel is not None:

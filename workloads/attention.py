@@ -106,3 +106,13 @@ def activation_bytes(batch: int, heads: int, q_len: int, k_len: int, element: in
         scores = batch * heads * q_len * k_len * element
         return int(scores * (MATH_LIVE_SCORES + MATH_SAVED_SCORES * layers_saved))
     return batch * heads * q_len * 4 * (1 + layers_saved)
+
+
+def scores_bytes(batch: int, heads: int, q_len: int, k_len: int, element: int, copies: float) -> int:
+    """One layer's attention scores for an estimate that counts ``copies`` S x S tensors per
+    head (its own measured count: the scores and the softmax, for an encoder's or a DiT's
+    unmasked attention) where the kernel holds them, or the fused kernel's one float32
+    log-sum-exp per query and head (see :func:`estimating`)."""
+    if _scores_held:
+        return int(copies * batch * heads * q_len * k_len * element)
+    return batch * heads * q_len * 4

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.attention import sdpa
+from workloads.attention import scores_bytes, sdpa
 from workloads.base import MODES, Batch, ParallelPlan, Published, Shape, Workload
 
 TIMESTEPS = 1000
@@ -305,13 +305,15 @@ def estimate_memory_bytes(config: DiTConfig, shape: Shape, mode: str, dtype: tor
 
     Training keeps weights, gradients and two AdamW moments, and every block's activations:
     per token about 24 d values (QKV, norms, modulated inputs, the two gated branches) and
-    the MLP's 2 x mlp_ratio x d, plus the T x T scores and probabilities per head.
+    the MLP's 2 x mlp_ratio x d, plus the T x T scores and probabilities per head where the
+    kernel holds them (a log-sum-exp where it is fused: :func:`workloads.attention.scores_bytes`).
     Inference keeps the weights and one block's activations.
     """
     element = torch.finfo(dtype).bits // 8
     tokens = config.tokens(shape.latent_size)
     per_token = (24 + 2 * config.mlp_ratio) * config.hidden
-    block = shape.batch_size * (tokens * per_token + 2 * config.heads * tokens * tokens) * element
+    scores = scores_bytes(shape.batch_size, config.heads, tokens, tokens, element, copies=2)
+    block = shape.batch_size * tokens * per_token * element + scores
     weights = parameter_count(config) * element
     latents = 4 * shape.batch_size * LATENT_CHANNELS * shape.latent_size**2 * 4  # latents, noise, noised, output
     if mode == "train":

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.attention import sdpa
+from workloads.attention import scores_bytes, sdpa
 from workloads.base import ALLOCATOR_HEADROOM, Batch, ParallelPlan, Published, Shape, Workload
 
 MASK_TOKEN = 103  # [MASK] in BERT's WordPiece vocabulary
@@ -166,19 +166,21 @@ def estimate_memory_bytes(config: BertConfig, shape: Shape, mode: str, dtype: to
     AdamW moments and the optimizer's temporary (five copies; without the fifth, base
     trained at 2,192 MiB against an estimate of 2,228), every layer's activations for
     backward (about 10 d + 2 d_ff values per token, and the S x S scores per head in and
-    out of the softmax where attention is not fused) and the masked positions' float32
+    out of the softmax where the kernel holds them, a log-sum-exp where it is fused:
+    :func:`workloads.attention.scores_bytes`) and the masked positions' float32
     logits three times (logits, softmax, gradient). Inference keeps the weights and one
     layer's activations.
     """
     element = torch.finfo(dtype).bits // 8
     batch, seq = shape.batch_size, shape.seq_len
-    layer = batch * seq * (10 * config.d_model + 2 * config.d_ff) + 2 * batch * config.n_head * seq * seq
+    scores = scores_bytes(batch, config.n_head, seq, seq, element, copies=2)
+    layer = batch * seq * (10 * config.d_model + 2 * config.d_ff) * element + scores
     weights = parameter_count(config) * element
     if mode == "train":
         logits = 3 * batch * masked_count(seq) * config.vocab_size * 4
-        needed = 5 * weights + config.n_layer * layer * element + logits
+        needed = 5 * weights + config.n_layer * layer + logits
     else:
-        needed = weights + layer * element
+        needed = weights + layer
     return int(needed * ALLOCATOR_HEADROOM)
 
 
