@@ -88,6 +88,9 @@ def in_process(
     try:
         os.environ.update({"COLUMNS": "200", **(env or {})})
         os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # as tpubench.console's main
+        # pytest's name of the test running, a new value in each test: in the workers' environment,
+        # which keys the fork server kept for the next call, it started one per test (2 CPU-s each)
+        os.environ.pop("PYTEST_CURRENT_TEST", None)
         console.width = console_width(dict(os.environ), tty=False)  # fixed when the CLI was imported
         os.chdir(cwd)
         sys.argv = argv
