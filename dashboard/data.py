@@ -84,27 +84,8 @@ SERVING_COLUMNS = (
 )
 
 
-#: what the Precision & context page reads of the runs it shows (:mod:`tpubench.analysis.precision`)
-PRECISION_COLUMNS = tuple(
-    dict.fromkeys(  # once each: the pickers' columns name the precision and attention too
-        (
-            *PICKER_COLUMNS,
-            "precision",
-            "tokens_per_s",
-            "mfu",
-            "mfu_peak",
-            "quality_ok",
-            "reference_precision",
-            "loss_rel_diff",
-            "logits_rel_error",
-            "top1_agreement",
-            "attention_kernel",
-            "attention_share",
-        )
-    )
-)
-#: the index of every run: the pickers' columns and the Scaling page's, which reads every
-#: invocation: from the index it reads no runs file (a second pass over all of them took longer
+#: the index of every run: the pickers' columns and those of the Scaling and Precision & context
+#: pages, which read every invocation: from the index they read no runs file (a second pass over all of them took longer
 #: than the page's whole budget). The index is kept between servers (:mod:`tpubench.store_index`),
 #: the same one ``tpubench compare`` keeps.
 INDEX_COLUMNS = store_index.RUN_COLUMNS
@@ -374,13 +355,6 @@ def runs(
     if run_ids is not None:
         filters["run_id"] = list(run_ids)
     return _scan(results, "runs", columns, **filters)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def precision_runs(results: str, invocations: tuple[str, ...], run_ids: tuple[str, ...]) -> Loaded:
-    """The Precision & context page's columns (:data:`PRECISION_COLUMNS`) of ``run_ids``, read
-    from their invocations' files only: the index does not hold them."""
-    return runs(results, invocations, run_ids, PRECISION_COLUMNS)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -19,7 +19,7 @@ from multi_device_rows import START, run_row
 from streamlit.testing.v1 import AppTest
 
 from dashboard import RESULTS_ENV, catalog
-from tpubench import store
+from tpubench import store, store_index
 from tpubench.analysis import precision
 from tpubench.analysis.prices import load_prices
 
@@ -141,7 +141,15 @@ def test_each_chips_best_precision_is_the_fastest_that_still_computes_the_model(
 
 
 def test_the_page_shows_the_best_precisions_and_the_length_curves(results: Path, monkeypatch) -> None:
+    """From the kept run index alone: reading the runs files of every run shown took 4 s of
+    CPU at 100,000 runs."""
     monkeypatch.setenv(RESULTS_ENV, str(results))
+    store_index.read_index(str(results), "runs", store_index.RUN_COLUMNS)  # kept, as a server's first page keeps it
+
+    def no_file(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the page opened a parquet file: {args[1:3]}")
+
+    monkeypatch.setattr(store, "scan_files", no_file)
     app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
     app.switch_page(catalog.BY_TITLE["Precision & context"].path)
     app.run()

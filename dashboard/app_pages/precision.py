@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import charts, ui
 from tpubench.analysis import precision
 from tpubench.analysis.prices import load_prices
 
@@ -58,11 +58,7 @@ def main() -> None:
     if shown.empty:
         st.info("No ok run matches the filters.")
         return
-    loaded = data.precision_runs(
-        view.results, tuple(sorted(shown["invocation_id"].unique())), tuple(sorted(shown["run_id"]))
-    )
-    ui.warn_skipped(loaded.skipped)
-    runs = loaded.frame
+    runs = shown  # the index holds what the analyses read (store_index.RUN_COLUMNS): no runs file is opened
     st.subheader("Each chip at its precisions")
     st.caption(
         "Median tokens/s of the ok runs of each configuration, chip and precision, fastest first; MFU divides by "

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from tpubench.analysis.identity import configurations
+from tpubench.analysis.identity import CONFIG_KEYS, configurations
 from tpubench.analysis.prices import Price, device_kind, device_price
 from tpubench.precision import choices as precisions
 
@@ -37,6 +37,18 @@ BEST_COLUMNS = [
     "quality_ok",
     "quality",
 ]
+#: what :func:`best_precision` reads of a run besides its configuration (:data:`CONFIG_KEYS`)
+BEST_READS = (
+    "dtype",
+    "tokens_per_s",
+    "mfu",
+    "mfu_peak",
+    "quality_ok",
+    "reference_precision",
+    "loss_rel_diff",
+    "logits_rel_error",
+    "top1_agreement",
+)
 LENGTH_COLUMNS = [
     "device",
     "backend",
@@ -99,7 +111,7 @@ def best_precision(runs: pd.DataFrame, prices: Mapping[str, Price]) -> pd.DataFr
     it no longer computes the same model (then the fastest whose quality holds or was the
     reference is best, and the faster one stays listed, flagged). Only ok runs with tokens/s.
     Columns: :data:`BEST_COLUMNS`, plus ``best`` (the chip's best precision)."""
-    ok = _ok_with(runs, "tokens_per_s")
+    ok = _ok_with(runs, "tokens_per_s", BEST_READS)
     if ok.empty:
         return pd.DataFrame(columns=[*BEST_COLUMNS, "best"])
     ok = ok.assign(precision=precision_of(ok))
@@ -133,7 +145,7 @@ def tokens_by_length(runs: pd.DataFrame) -> pd.DataFrame:
     """Median tokens/s per chip, attention kernel (the one that ran where the row names it,
     else the one asked for: ``auto``), model, mode and batch, at each sequence length: a
     long-context sweep's curve per chip and kernel. Columns: :data:`LENGTH_COLUMNS`."""
-    ok = _ok_with(runs, "tokens_per_s")
+    ok = _ok_with(runs, "tokens_per_s", ("tokens_per_s", "attention_kernel"))
     ok = ok[ok["seq_len"].notna()] if not ok.empty else ok
     if ok.empty:
         return pd.DataFrame(columns=LENGTH_COLUMNS)
@@ -146,10 +158,14 @@ def tokens_by_length(runs: pd.DataFrame) -> pd.DataFrame:
     return table[LENGTH_COLUMNS]
 
 
-def _ok_with(runs: pd.DataFrame, column: str) -> pd.DataFrame:
+def _ok_with(runs: pd.DataFrame, column: str, reads: tuple[str, ...]) -> pd.DataFrame:
+    """The ok runs of ``runs`` with ``column``, as configurations, with only their
+    configuration's columns and ``reads``: grouping copies every column of each group, and
+    the dashboard's run index has 60 (twice the analysis itself over 100,000 runs)."""
     if runs.empty or column not in runs:
         return runs.iloc[0:0]
-    return configurations(runs[(runs["status"] == "ok") & runs[column].notna()])
+    kept = runs[(runs["status"] == "ok") & runs[column].notna()]
+    return configurations(kept[[name for name in kept.columns if name in {*CONFIG_KEYS, *reads}]])
 
 
 def _median(runs: pd.DataFrame, column: str) -> float | None:
