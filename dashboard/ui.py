@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -42,6 +42,7 @@ class View:
     runs: pd.DataFrame
     skipped: tuple[str, ...] = ()
     problem: str | None = None  # why there is nothing to show: "missing", "empty", or the error reading it
+    filters: data.Filters = field(default_factory=data.Filters)  # the sidebar's choice that kept ``runs``
 
 
 def sidebar() -> None:
@@ -86,7 +87,7 @@ def sidebar() -> None:
     if st.sidebar.button("Reload results", help=reload_help):
         st.cache_data.clear()
         st.rerun()
-    st.session_state[_VIEW] = View(results, index, filters.apply(index), loaded.skipped)
+    st.session_state[_VIEW] = View(results, index, filters.apply(index), loaded.skipped, filters=filters)
 
 
 def empty_state(view: View) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import streamlit as st
 from helpers import ROOT, in_process
 from multi_device_rows import START, run_row
 from streamlit.testing.v1 import AppTest
@@ -165,3 +166,26 @@ def test_the_page_shows_the_best_precisions_and_the_length_curves(results: Path,
         f"{H100} (cuda) · math · batch 1",
         f"{V5E} (tpu) · auto · batch 1",
     }
+
+
+def test_a_backend_filter_keeps_rows_of_the_table_made_once(results: Path, monkeypatch) -> None:
+    """A choice of the groups' own columns (a backend) keeps rows of the analysis made over
+    every run, cached, rather than making it again: over 100,000 runs that was most of the
+    page's filter change. The rows are those of the analysis of the filtered runs."""
+    monkeypatch.setenv(RESULTS_ENV, str(results))
+    st.cache_data.clear()
+    made = []
+    real = precision.best_precision
+    monkeypatch.setattr(precision, "best_precision", lambda runs, prices: made.append(len(runs)) or real(runs, prices))
+    app = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    app.switch_page(catalog.BY_TITLE["Precision & context"].path)
+    app.run()
+    app.sidebar.multiselect(key="backend").set_value(["cuda"])
+    app.run()
+    assert not app.exception, app.exception[0].value
+    [table] = [element.value for element in app.dataframe]
+    runs = store.load_runs(results)
+    expected = real(runs[runs["backend"] == "cuda"], load_prices())
+    assert len(made) == 1
+    assert list(table["device"] + " " + table["precision"]) == list(expected["device"] + " " + expected["precision"])
+    assert list(table["tokens/s"]) == pytest.approx(list(expected["tokens_per_s"]))

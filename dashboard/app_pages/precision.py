@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import charts, data, ui
 from tpubench.analysis import precision
 from tpubench.analysis.prices import load_prices
 
@@ -41,8 +41,18 @@ def quality_flag(row: pd.Series) -> str:
     return "best" if row["best"] else ""
 
 
-def best_table(runs: pd.DataFrame) -> pd.DataFrame:
-    table = precision.best_precision(runs, load_prices())
+def best_table(view: ui.View) -> pd.DataFrame:
+    """:func:`precision.best_precision` of the view's runs, as the page shows it."""
+    prices = load_prices()
+    table = data.per_group(
+        view.results,
+        view.index,
+        view.runs,
+        view.filters,
+        f"best precision {sorted(prices.items())!r}",  # a price file changed: made again
+        (*precision.WORKLOAD_KEYS, *precision.CHIP_KEYS, "precision"),
+        lambda runs: precision.best_precision(runs, prices),
+    )
     if table.empty:
         return table
     table = table.assign(mfu=100 * table["mfu"].astype("Float64"), flag=table.apply(quality_flag, axis=1))
@@ -54,11 +64,11 @@ def main() -> None:
     if view is None:
         return
     st.title("Precision & context")
-    shown = view.runs[view.runs["status"] == "ok"]
-    if shown.empty:
+    if not (view.runs["status"] == "ok").any():
         st.info("No ok run matches the filters.")
         return
-    runs = shown  # the index holds what the analyses read (store_index.RUN_COLUMNS): no runs file is opened
+    # the index holds what the analyses read (store_index.RUN_COLUMNS): no runs file is opened, and a
+    # chip's or a workload's choice keeps whole groups of the analyses made once (data.per_group)
     st.subheader("Each chip at its precisions")
     st.caption(
         "Median tokens/s of the ok runs of each configuration, chip and precision, fastest first; MFU divides by "
@@ -67,14 +77,22 @@ def main() -> None:
         "against bf16 of the same seed and inputs: one that no longer computes the same model is flagged and is "
         "never a chip's best, however fast."
     )
-    table = best_table(runs)
+    table = best_table(view)
     if table.empty:
         st.info("No run with tokens/s among them. Runs at several precisions fill this table:")
         st.code(PRECISION_HINT, language="bash")
     else:
         ui.table(table.style.format(precision=2, thousands=",", na_rep="-"))
     st.subheader("Tokens/s against sequence length")
-    curves = precision.tokens_by_length(runs)
+    curves = data.per_group(
+        view.results,
+        view.index,
+        view.runs,
+        view.filters,
+        "tokens by length",
+        tuple(precision.LENGTH_COLUMNS[:-2]),
+        precision.tokens_by_length,
+    )
     lengths = curves.groupby(precision.LENGTH_COLUMNS[:-3], dropna=False)["seq_len"]
     curves = curves[lengths.transform("nunique") > 1] if not curves.empty else curves
     if curves.empty:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, state, ui
+from dashboard import charts, data, state, ui
 from tpubench.analysis import scaling
 from tpubench.analysis.prices import load_prices
 
@@ -74,7 +74,10 @@ def main() -> None:
         return
     st.title("Scaling")
     runs = view.runs  # the index holds what the scaling views read (store_index.RUN_COLUMNS)
-    report = scaling.scaling_report(runs)
+    # a configuration's rows share its identity's columns: the sidebar's choice of those keeps whole ones
+    report = data.per_group(
+        view.results, view.index, runs, view.filters, "scaling", scaling.IDENTITY, scaling.scaling_report
+    )
     if report.empty:
         st.info("No multi-device configuration among the runs the filters keep. A sweep over N that fills this page:")
         st.code(scaling.SWEEP_HINT, language="bash")
