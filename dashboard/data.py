@@ -27,7 +27,7 @@ from dashboard import RESULTS_ENV, STORE_SEPARATOR
 from reports import summary_table
 from tpubench import store, store_index
 from tpubench.analysis import ceilings as ceilings_analysis
-from tpubench.analysis import changepoints, compare, identity, serving_compare
+from tpubench.analysis import changepoints, compare, identity, roofline, serving_compare
 from tpubench.analysis import serving as serving_analysis
 from tpubench.analysis.prices import load_prices
 from tpubench.analysis.select import parse_selector, select_runs
@@ -701,6 +701,36 @@ def roofline_ceilings(results: str) -> pd.DataFrame:
     """The store's measured ceilings as the Ops page's roofline reads them
     (:func:`tpubench.analysis.ceilings.roofline_frame`)."""
     return _of_ceilings(results, "roofline", ceilings_analysis.roofline_frame)
+
+
+#: what the roofline of a profiled run reads of its runs row (:func:`run_roofline`)
+ROOFLINE_RUN_COLUMNS = ("run_id", "backend", "device", "dtype", "backend_metrics", "precision")
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def run_roofline(results: str, invocation: str, run_id: str) -> tuple[pd.DataFrame, roofline.RooflineCeilings]:
+    """A profiled run's ops against its ceilings, by op and shape
+    (:func:`tpubench.analysis.roofline.roofline`), and those ceilings: the store's measured
+    ones for its device and what its matmuls ran in (fp8 for a float8 run:
+    :func:`tpubench.analysis.ceilings.matmul_dtype`), else the data sheet's. Cached by run: the
+    Ops page made it again on every rerun, a filter change included."""
+    run = runs(results, (invocation,), (run_id,), ROOFLINE_RUN_COLUMNS).frame
+    first = run.iloc[0] if len(run) else pd.Series({"backend": "", "device": "", "dtype": ""})
+    ceilings = roofline.ceilings_for(
+        str(first["device"]),
+        roofline.device_kind(first["backend"], first["device"]),
+        str(ceilings_analysis.matmul_dtype(first["dtype"], first.get("backend_metrics"), first.get("precision"))),
+        roofline_ceilings(results),
+    )
+    return roofline.roofline(run_ops(results, invocation, run_id).frame, ceilings, by="shape"), ceilings
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def run_step_shares(results: str, invocation: str, run_id: str) -> pd.DataFrame:
+    """Where a profiled run's traced step went (:func:`tpubench.analysis.roofline.step_shares`,
+    against :func:`run_roofline`'s ceilings), cached by run as that is."""
+    _, ceilings = run_roofline(results, invocation, run_id)
+    return roofline.step_shares(run_ops(results, invocation, run_id).frame, ceilings)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

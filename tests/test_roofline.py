@@ -543,6 +543,25 @@ def test_the_ops_page_shows_the_same_step_shares_as_the_command(
     assert "uncounted" not in said
 
 
+def test_a_filter_change_on_the_ops_page_makes_no_roofline_again(
+    results: Path, cpu_run: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The picked run's roofline and step shares are kept by run: a sidebar filter that keeps
+    the run (its backend) reruns the page without making them again."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    made = []
+    real = roofline.roofline
+    monkeypatch.setattr(roofline, "roofline", lambda *args, **kwargs: made.append(1) or real(*args, **kwargs))
+    app = ops_page(results, cpu_run["run_id"], monkeypatch)
+    first = len(made)
+    app.sidebar.multiselect(key="backend").set_value([cpu_run["backend"]]).run()
+    assert not app.exception, app.exception
+    assert any("line" in frame.value.columns for frame in app.dataframe)  # the step shares still shown
+    assert first > 0 and len(made) == first
+
+
 @pytest.mark.nightly
 def test_the_ops_page_puts_two_runs_on_one_roofline(
     results: Path, cpu_run: dict, xla_run: dict, monkeypatch: pytest.MonkeyPatch

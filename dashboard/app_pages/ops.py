@@ -7,7 +7,6 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, state, ui
-from tpubench.analysis import ceilings as ceilings_analysis
 from tpubench.analysis import ops as analysis
 from tpubench.analysis import roofline
 
@@ -46,21 +45,10 @@ def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
     return ranked[columns].rename(columns=RANKED_COLUMNS)
 
 
-def _roofline_of(view: ui.View, run_id: str, ops: pd.DataFrame) -> tuple[str, pd.DataFrame, roofline.RooflineCeilings]:
-    """A run's roofline table (one point per op and shapes) against the store's measured
-    ceilings for its device and what its matmuls ran in (fp8 for a float8 run:
-    :func:`tpubench.analysis.ceilings.matmul_dtype`), else the data sheet's, with the run's label."""
+def _roofline_of(view: ui.View, run_id: str) -> tuple[str, pd.DataFrame, roofline.RooflineCeilings]:
+    """A run's ops by shape against its ceilings (:func:`data.run_roofline`), with the run's label."""
     invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
-    columns = ("run_id", "backend", "device", "dtype", "backend_metrics", "precision")
-    run = data.runs(view.results, (invocation,), (run_id,), columns).frame
-    first = run.iloc[0] if len(run) else pd.Series({"backend": "", "device": "", "dtype": ""})
-    ceilings = roofline.ceilings_for(
-        str(first["device"]),
-        roofline.device_kind(first["backend"], first["device"]),
-        str(ceilings_analysis.matmul_dtype(first["dtype"], first.get("backend_metrics"), first.get("precision"))),
-        data.roofline_ceilings(view.results),
-    )
-    return run_id, roofline.roofline(ops, ceilings, by="shape"), ceilings
+    return run_id, *data.run_roofline(view.results, invocation, run_id)
 
 
 SHARE_COLUMNS = {"time_us_per_step": "µs per step", "time_share": "% of step"}
@@ -161,8 +149,8 @@ def main() -> None:
     with st.expander("Top ops table"):
         ui.table(ranked_table(ranked).style.format(precision=1, thousands=","))
     st.subheader("Roofline")
-    found = _roofline_of(view, run_id, ops)
-    _show_roofline([found], "ops-roofline", roofline.step_shares(ops, found[2]))
+    found = _roofline_of(view, run_id)
+    _show_roofline([found], "ops-roofline", data.run_step_shares(view.results, invocation, run_id))
     st.subheader("Compare with another run")
     listed = profiled[profiled["run_id"] != run_id].iloc[::-1].head(ui.RUN_CHOICES)
     options = [NO_DIFF, *listed["run_id"]]
@@ -192,7 +180,7 @@ def main() -> None:
     st.plotly_chart(charts.diff_bar(diff.head(top), by_key), key="ops-diff")
     ui.table(diff.style.format(precision=1, thousands=","))
     st.markdown("**Both runs on the roofline** (the base run's points are circles, this run's diamonds)")
-    _show_roofline([_roofline_of(view, other, base), found], "ops-roofline-pair")
+    _show_roofline([_roofline_of(view, other), found], "ops-roofline-pair")
     where = data.store_of(view.results, view.index, [other, run_id])
     st.caption(
         f"In a terminal: `tpubench ops --diff {other} {run_id} --results {where}`"
