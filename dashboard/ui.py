@@ -145,11 +145,11 @@ def invocation_picker(
     """A choice among the invocations of ``runs``, newest first; the default is ``default``, else
     the newest."""
     table = data.invocations(runs)
-    labels = {
-        row.invocation_id: f"{row.started_at:%Y-%m-%d %H:%M} UTC · {row.invocation_id} · {row.runs} runs"
-        + (f", {row.not_ok} not ok" if row.not_ok else "")
-        for row in table.itertuples()
-    }
+    # made over columns, not a row at a time: a year of a fleet's nights is 4,000 labels on every rerun
+    text = table["started_at"].dt.strftime("%Y-%m-%d %H:%M") + " UTC · " + table["invocation_id"] + " · "
+    text += table["runs"].astype(str) + " runs"
+    text = text.where(table["not_ok"] == 0, text + ", " + table["not_ok"].astype(str) + " not ok")
+    labels = dict(zip(table["invocation_id"], text, strict=True))
     options = list(labels)
     state.bind(key, default if default in labels else options[0], choices=options)
     return st.selectbox(
