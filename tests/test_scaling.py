@@ -373,6 +373,23 @@ def test_mfu_per_device_is_global_flops_over_n_peaks() -> None:
     assert scaling.row_mfu({**row, "flops_incomplete": '{"aten::foo": 2}'}) is None
 
 
+def test_the_run_index_gives_no_mfu_where_the_flop_count_missed_ops(tmp_path: Path) -> None:
+    """The dashboard's Scaling page reads the kept run index (store_index.RUN_COLUMNS), which
+    lacked ``flops_incomplete``: a run whose count missed ops got an MFU computed from its
+    partial FLOPs there, where ``tpubench scaling`` and the run itself give none."""
+    from tpubench import store_index
+
+    missed = '["aten._grouped_mm"]'
+    rows = [
+        run_row(median_step_ms=100.0, flops_per_step=1e12, mfu=None, flops_incomplete=missed),
+        fsdp_weak(2, 110.0, flops_per_step=2e12, mfu=None, flops_incomplete=missed),
+    ]
+    results = write_runs(tmp_path / "results", rows)
+    index = store_index.read_index(results, "runs", store_index.RUN_COLUMNS)
+    assert scaling.scaling_report(index)["mfu"].isna().all()
+    assert scaling.scaling_report(store.load_runs(results))["mfu"].isna().all()
+
+
 # --- tpubench scaling ------------------------------------------------------------------
 
 

@@ -70,6 +70,7 @@ RUN_COLUMNS = tuple(
             "samples_per_s",
             "mfu",
             "flops_per_step",
+            "flops_incomplete",  # a count that missed ops: no MFU from it (analysis.scaling.row_mfu)
             "peak_mem_bytes",
             *scaling.DEFAULTS,
             "tp_size",
