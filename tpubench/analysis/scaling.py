@@ -98,6 +98,23 @@ DEFAULTS: dict[str, Any] = {
     "device": None,
     "started_at": None,
 }
+#: what this module reads of a runs row (:data:`DEFAULTS`' columns too): a frame is
+#: cut to these first, since each configuration's rows are copied several times over, and
+#: copying the other columns too (the dashboard's index has 60, a store's runs 170) was
+#: half of a report over a year of a fleet's runs
+READS = frozenset(
+    {
+        *CONFIG_KEYS,
+        *DEFAULTS,
+        *DIMENSIONS,
+        "gen_len",
+        "run_id",
+        "status",
+        "median_step_ms",
+        "batch_size",
+        "flops_incomplete",
+    }
+)
 #: a sweep that gives the scaling views something to show
 SWEEP_HINT = "tpubench run --workload gpt2 --size 124m --devices 1,2,4,8 --parallel fsdp --profile"
 SIMULATED_NOTE = (
@@ -301,7 +318,7 @@ def configurations(runs: pd.DataFrame) -> list[tuple[dict[str, Any], pd.DataFram
     1-device rows of the same computation and batch started under its plan, else plain ones
     (see the module doc). Configurations without a row on more than one device are left out:
     they do not scale anything."""
-    frame = with_keys(runs)
+    frame = with_keys(runs[[column for column in runs.columns if column in READS]])
     # the computation and batch of each row as one number, the hosts left out: a configuration's
     # N = 1 rows are the single-device rows with its number (comparing every single-device row
     # column by column, per configuration, took half of the Scaling page's rerun on a year of nights)
