@@ -63,11 +63,12 @@ def sidebar() -> None:
         st.session_state[_VIEW] = View(results, index, index, loaded.skipped, problem="empty")
         return
     chosen = []
+    choices = data.filter_choices(results, index, tuple(FILTER_LABELS))
     for column, label in FILTER_LABELS.items():
-        options = sorted(index[column].dropna().unique())
+        options = choices[column]
         key = state.bind(column, [], "list", options)
         chosen.append((column, tuple(st.sidebar.multiselect(label, options, key=key, placeholder="all"))))
-    tag_options = sorted({pair for pairs in index["tag_pairs"] for pair in pairs})
+    tag_options = choices["tag_pairs"]
     tags = st.sidebar.multiselect(
         "Tags",
         tag_options,

@@ -170,11 +170,14 @@ def test_the_dashboards_index_sees_a_night_written_since(results_dir: Path) -> N
     from dashboard import data
 
     night(results_dir, "one")
-    assert set(data.run_index(str(results_dir)).frame["invocation_id"]) == {"one"}
+    index = data.run_index(str(results_dir)).frame
+    assert set(index["invocation_id"]) == {"one"}
+    assert data.filter_choices(str(results_dir), index, ("invocation_id",))["invocation_id"] == ["one"]
     st.cache_data.clear()  # what the cache's expiry and Reload do
     assert set(data.run_index(str(results_dir)).frame["invocation_id"]) == {"one"}
     night(results_dir, "two", when=datetime(2026, 11, 30, 2, 0, tzinfo=UTC))
     st.cache_data.clear()
     frame = data.run_index(str(results_dir)).frame
     assert list(frame["invocation_id"]) == ["one", "one", "two", "two"]
+    assert data.filter_choices(str(results_dir), frame, ("invocation_id",))["invocation_id"] == ["one", "two"]
     assert frame[data.CONFIG_CODE].nunique() == 1 and frame["tag_pairs"].map(len).eq(0).all()
