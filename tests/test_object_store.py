@@ -256,3 +256,34 @@ def test_the_run_index_of_a_bucket_reads_only_new_objects(s3: str, monkeypatch: 
     store_index.forget()
     assert sorted(store_index.read_index(results, "runs", columns)["run_id"]) == ["one", "three", "two"]
     assert [path.rsplit("/", 1)[-1] for path in opened] == ["three.parquet"]
+
+
+def test_a_buckets_files_are_read_with_one_request_each(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket's small files are fetched whole, one GET each, with the same rows: pyarrow's
+    reader made two in turn for a file over 64 KiB (its footer, then the rest). Files held at
+    once are bounded (store.FETCHED_BYTES). An object gone since the listing is named in a
+    warning and the others are read."""
+    results = f"{s3}/one-get"
+    when = datetime(2026, 12, 1, tzinfo=UTC)
+    for night in ("one", "two", "three"):  # 4,000 runs: a file of about 130 KiB
+        rows = [{"run_id": f"{night}-{i}", "invocation_id": night, "status": "ok", "mfu": i / 7} for i in range(4000)]
+        store.InvocationWriter(results, night, when).add_rows({"runs": rows})
+    location = store.Location(results)
+    paths = store.parquet_files(results, "runs")
+    gets: list[str] = []
+    location.fs.s3.meta.events.register("before-send.s3.GetObject", lambda request, **_: gets.append(request.url))
+    found = store.scan_files(location, "runs", paths, ["run_id", "mfu"], with_file=True).to_pandas()
+    assert len(gets) == 3
+    assert len(found) == 12000 and found["mfu"].sum() == pytest.approx(3 * sum(i / 7 for i in range(4000)))
+    assert (found["__file"].str.rsplit("/", n=1).str[-1] == found["run_id"].str.split("-").str[0] + ".parquet").all()
+    monkeypatch.setattr(store, "FETCHED_BYTES", sum(location.fs.sizes(paths[:2])))  # two files at a time
+    fetches: list[int] = []
+    cat = location.fs.cat
+    monkeypatch.setattr(location.fs, "cat", lambda paths, **kwargs: fetches.append(len(paths)) or cat(paths, **kwargs))
+    in_batches = store.scan_files(location, "runs", paths, ["run_id", "mfu"], with_file=True).to_pandas()
+    pd.testing.assert_frame_equal(in_batches, found)
+    assert fetches == [2, 1] and len(gets) == 6
+    location.fs.rm(paths[0])  # its listing is kept: the read still asks for it
+    with pytest.warns(store.StoreWarning, match=f"skipping unreadable results file s3://{paths[0]}"):
+        found = store.scan_table(results, "runs", ["invocation_id"], paths=paths)
+    assert sorted(set(found["invocation_id"])) == sorted(path.rsplit("/", 1)[-1][:-8] for path in paths[1:])
