@@ -181,3 +181,58 @@ def test_the_dashboards_index_sees_a_night_written_since(results_dir: Path) -> N
     assert list(frame["invocation_id"]) == ["one", "one", "two", "two"]
     assert data.filter_choices(str(results_dir), frame, ("invocation_id",))["invocation_id"] == ["one", "two"]
     assert frame[data.CONFIG_CODE].nunique() == 1 and frame["tag_pairs"].map(len).eq(0).all()
+
+
+def test_some_columns_of_the_index_read_as_the_whole_index_has_them(results_dir: Path) -> None:
+    """``only``: a reader that picks runs by a few columns gets those columns as the whole
+    frame has them (older rows upgraded from columns it did not ask for), from this process's
+    index, from the cache folder's (read in part), and after a night written since."""
+    old = [run_row("old-d", "old", mode="decode", tokens_per_s=900.0, output_tokens_per_s=90.0, schema_version=1)]
+    old[0].update(dtype="bfloat16", precision=None, devices=None)
+    path = store.partition_dir(results_dir, "runs", WHEN) / "old.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(old, schema=store.TABLES["runs"]), path)
+    night(results_dir, "one")
+    only = ["run_id", "tokens_per_s", "precision", "devices"]
+
+    def both() -> tuple[pd.DataFrame, pd.DataFrame]:
+        part = store_index.read_index(results_dir, "runs", COLUMNS, only).sort_values("run_id", ignore_index=True)
+        whole = store_index.read_index(results_dir, "runs", COLUMNS).sort_values("run_id", ignore_index=True)
+        return part, whole[[*only, store_index.FILE]]
+
+    # this process's index, the cache folder's (read in part), the cache folder's with a night since
+    for write, forget in ((True, False), (False, True), (True, True)):
+        if forget:
+            store_index.forget()
+        if write:
+            night(results_dir, f"night-{len(store.parquet_files(results_dir, 'runs'))}")
+        part, whole = both()
+        pd.testing.assert_frame_equal(part, whole)
+    assert list(part.columns) == [*only, store_index.FILE]
+    assert part.set_index("run_id").loc["old-d", ["tokens_per_s", "precision", "devices"]].tolist() == [90.0, "bf16", 1]
+    assert len(part) == 7
+
+
+def test_two_selections_read_their_months_files_once(results_dir: Path, opened: list[str]) -> None:
+    """``compare --baseline previous --candidate latest`` picks both sides from the index and
+    reads their runs and steps together: a compacted month's file once, not once a side, with
+    the selections a separate read of each gives."""
+    from tpubench.cli.compare import SELECTOR_COLUMNS, select, select_each, selector_columns
+    from tpubench.schema import SCHEMA_VERSION
+
+    for day in (27, 28, 29):
+        night(results_dir, f"night-{day}", when=datetime(2026, 11, day, 2, 0, tzinfo=UTC))
+    store_compact.compact(results_dir, older_than_s=0)
+    index = store_index.read_index(results_dir, "runs", COLUMNS, ["run_id", "invocation_id", "started_at"])
+    opened.clear()
+    latest, previous = select_each(str(results_dir), ["latest", "previous"], index)
+    assert sorted(Path(path).parent.name for path in opened) == ["date=2026-11", "date=2026-11"]  # runs, steps
+    for together, selector in ((latest, "latest"), (previous, "previous")):
+        alone = select(str(results_dir), selector)
+        for name in ("runs", "steps", "compiles"):
+            pd.testing.assert_frame_equal(getattr(together, name), getattr(alone, name))
+    assert set(latest.runs["invocation_id"]) == {"night-29"} and set(previous.steps["invocation_id"]) == {"night-28"}
+    # a term on a column the narrow index lacks reads an index with it, as before
+    assert selector_columns("latest,backend=cpu,schema_version=3") == [*SELECTOR_COLUMNS, "backend"]
+    [versioned] = select_each(str(results_dir), [f"latest,schema_version={SCHEMA_VERSION}"], index)
+    pd.testing.assert_frame_equal(versioned.runs, latest.runs)

@@ -428,12 +428,21 @@ def scan_table(
 
 def read_columns(table: str, columns: Sequence[str] | None) -> list[str] | None:
     """The columns to read for ``columns`` of ``table`` (None: all): with those that
-    :func:`upgrade` needs to convert an older row."""
+    :func:`upgrade` needs to convert an older row's ``tokens_per_s``."""
     if not columns:
         return None
     read = list(dict.fromkeys(columns))
     if table == "runs" and "tokens_per_s" in read:
         read += [column for column in UPGRADE_COLUMNS if column not in read]
+    return read
+
+
+def upgrade_inputs(table: str, columns: Sequence[str]) -> list[str]:
+    """``columns`` and every column :func:`upgrade` reads to convert them: what a frame of
+    some of a table's columns must hold for them to read as a frame of all of them does."""
+    read = read_columns(table, columns) or []
+    if table == "runs":
+        read += [needed for column, needed in UPGRADE_INPUTS.items() if column in read and needed not in read]
     return read
 
 
@@ -533,6 +542,9 @@ def _fetch_whole(location: Location, paths: Sequence[str]) -> Iterator[tuple[lis
 #: the runs columns :func:`upgrade` reads to convert an older row's ``tokens_per_s``
 UPGRADE_COLUMNS = ("schema_version", "mode", "output_tokens_per_s")
 
+
+#: the column :func:`upgrade` reads to convert each of these, besides :data:`UPGRADE_COLUMNS`
+UPGRADE_INPUTS = {"precision": "dtype", "seed": "schema_version"}
 
 #: the seed of every run stored before version 3 recorded it (``workloads.base.SEED`` then)
 SEEDED_BEFORE_V3 = 0

@@ -100,6 +100,7 @@ class _Kept:
     frame: pd.DataFrame | None = None
     version: int = field(default_factory=lambda: next(_VERSIONS))
     months: dict[str, frozenset[str]] | None = None  # a runs index's: :func:`files_for`
+    partial: bool = False  # some columns only (:func:`_load`'s ``fields``): never brought up to date or saved
 
 
 _KEPT: dict[tuple[str, str, tuple[str, ...]], _Kept] = {}
@@ -107,10 +108,14 @@ _VERSIONS = itertools.count()
 _LOCK = threading.Lock()
 
 
-def read_index(results: str | Path, table: str, columns: Sequence[str]) -> pd.DataFrame:
+def read_index(
+    results: str | Path, table: str, columns: Sequence[str], only: Sequence[str] | None = None
+) -> pd.DataFrame:
     """``columns`` of every row of ``table`` in the store at ``results``, as
     :func:`tpubench.store.scan_table` reads them (older rows upgraded), with ``FILE``: the
-    path under the store's root of the file each row is in.
+    path under the store's root of the file each row is in. With ``only`` (some of
+    ``columns``), the frame holds just those (and ``FILE``): a reader that picks a few runs
+    by two columns does not make 40 columns of 100,000 rows into pandas to do it.
 
     Reads only the files that changed since the index was last kept (this process's, else
     the cache folder's); an unreadable file is named in a :class:`tpubench.store.StoreWarning`
@@ -122,11 +127,17 @@ def read_index(results: str | Path, table: str, columns: Sequence[str]) -> pd.Da
     listed = store.parquet_files(results, table)
     current = identities(location, listed)
     key = (location.url if location.remote else location.root, table, columns)
+    # with ``only``, the columns to read from a kept index: :func:`files_for` reads invocation_id
+    needed = None if only is None else [*store.upgrade_inputs(table, [*only, FILE]), "invocation_id"]
     with _LOCK:
-        kept = _KEPT.get(key) or _load(key)
+        kept = _KEPT.get(key)
+        if kept is None or not _holds(kept, needed):
+            kept = _load(key, needed)
         if kept is not None and kept.files == current:
             _KEPT[key] = kept
-            return _frame(kept, table, columns).copy()
+            return _frame(kept, table, columns, only)
+        if kept is not None and kept.partial:  # the whole index, to bring up to date
+            kept = _load(key)
         known = kept.files if kept is not None else {}
         stale = [path for path, identity in current.items() if known.get(path) != identity]
         dropped = pa.array([*stale, *(known.keys() - current.keys())], pa.string())
@@ -138,7 +149,7 @@ def read_index(results: str | Path, table: str, columns: Sequence[str]) -> pd.Da
         kept = _Kept({path: identity for path, identity in current.items() if path not in unread}, rows)
         _KEPT[key] = kept
         _save(key, kept)
-        return _frame(kept, table, columns).copy()
+        return _frame(kept, table, columns, only)
 
 
 def identities(location: store.Location, paths: Iterable[str]) -> dict[str, list[Any]]:
@@ -192,11 +203,19 @@ def _path(key: tuple[str, str, tuple[str, ...]]) -> Path:
     return cache_dir() / "index" / f"{table}-{digest}.arrow"
 
 
-def _frame(kept: _Kept, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
+def _frame(kept: _Kept, table: str, columns: tuple[str, ...], only: Sequence[str] | None) -> pd.DataFrame:
+    """The rows as readers get them: a copy of the whole frame (made once, then kept), or
+    with ``only`` those columns, made from the Arrow rows with what upgrading them reads."""
+    if only is not None:
+        wanted = [*dict.fromkeys(only), FILE]
+        read = store.upgrade_inputs(table, wanted)
+        return store.upgrade(
+            kept.table.select([name for name in read if name in kept.table.column_names]).to_pandas(), table
+        )[wanted]
     if kept.frame is None:
         frame = store.upgrade(kept.table.to_pandas(), table)
         kept.frame = frame[[*columns, FILE]]
-    return kept.frame
+    return kept.frame.copy()
 
 
 def _read(
@@ -219,17 +238,29 @@ def _read(
     return found.set_column(found.schema.get_field_index(FILE), FILE, files), unread
 
 
-def _load(key: tuple[str, str, tuple[str, ...]]) -> _Kept | None:
-    """The cache folder's index for ``key``, or None where there is none it can trust."""
+def _holds(kept: _Kept, fields: Sequence[str] | None) -> bool:
+    """Whether ``kept`` has ``fields`` (None: every column)."""
+    return not kept.partial or (fields is not None and set(fields) <= set(kept.table.column_names))
+
+
+def _load(key: tuple[str, str, tuple[str, ...]], fields: Sequence[str] | None = None) -> _Kept | None:
+    """The cache folder's index for ``key``, or None where there is none it can trust; with
+    ``fields``, only those of its columns are read (a fifth of the time for five of 40)."""
     try:
         with pa.OSFile(str(_path(key))) as source:
-            table = pa.ipc.open_file(source).read_all()
-        meta = json.loads((table.schema.metadata or {})[_METADATA])
+            reader = pa.ipc.open_file(source)
+            meta = json.loads((reader.schema.metadata or {})[_METADATA])
+            names = reader.schema.names
+            partial = fields is not None and not set(names) <= set(fields)
+            if partial:
+                included = [names.index(name) for name in dict.fromkeys(fields) if name in names]
+                reader = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=included))
+            table = reader.read_all()
     except (OSError, KeyError, ValueError, pa.ArrowException):
         return None
     if meta.get("format") != FORMAT or meta.get("key") != [key[0], key[1], list(key[2])]:
         return None
-    return _Kept(meta["files"], table.replace_schema_metadata(None))
+    return _Kept(meta["files"], table.replace_schema_metadata(None), partial=partial)
 
 
 def _save(key: tuple[str, str, tuple[str, ...]], kept: _Kept) -> None:

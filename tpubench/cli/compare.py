@@ -146,14 +146,32 @@ def _missing(error: StoreError) -> BadInput:
     return BadInput(f"{error}{hint}")
 
 
-def run_index(results: str, extra: Sequence[str] = ()) -> pd.DataFrame:
+def run_index(results: str, extra: Sequence[str] = (), only: Sequence[str] | None = None) -> pd.DataFrame:
     """Every run of the store at ``results``, the index's columns only (and ``extra``), as
     :mod:`tpubench.store_index` keeps them between commands: a selector picks runs from it,
-    and only the picked runs are read whole (:func:`select`). A missing store is a BadInput."""
+    and only the picked runs are read whole (:func:`select`). With ``only``, just those
+    columns (:func:`selector_columns`). A missing store is a BadInput."""
     try:
-        return store_index.read_index(results, "runs", (*store_index.RUN_COLUMNS, *extra))
+        return store_index.read_index(results, "runs", (*store_index.RUN_COLUMNS, *extra), only)
     except StoreError as error:
         raise _missing(error) from error
+
+
+#: what any selector reads besides the columns its terms name: ``latest``/``previous``
+#: (``invocation_id``, ``started_at``), dates (``started_at``), ``tag.KEY`` (``tags``)
+SELECTOR_COLUMNS = ("run_id", "invocation_id", "started_at", "tags")
+
+
+def selector_columns(*selectors: str) -> list[str] | None:
+    """The index's columns that ``selectors`` read (a column the index lacks is read with
+    it by :func:`select`); None where one cannot be parsed: its error is :func:`select`'s
+    to report."""
+    try:
+        fields = [term.field for selector in selectors for term in parse_selector(selector)]
+    except SelectorError:
+        return None
+    named = (field for field in fields if field in store_index.RUN_COLUMNS)
+    return list(dict.fromkeys([*SELECTOR_COLUMNS, *named]))
 
 
 def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Selection:
@@ -164,26 +182,48 @@ def select(results: str, selector: str, runs: pd.DataFrame | None = None) -> Sel
     read (and kept). The picked runs are read whole from their invocations' files only, as
     are their steps and compile events: a year of nights is as quick to compare as the last
     two."""
+    return select_each(results, [selector], runs)[0]
+
+
+def select_each(results: str, selectors: Sequence[str], runs: pd.DataFrame | None = None) -> list[Selection]:
+    """:func:`select` for each of ``selectors`` in the store at ``results``, the runs all of
+    them pick read together: one scan of each table, where ``--baseline previous --candidate
+    latest`` read the month's files of a compacted store twice over."""
     runs = run_index(results) if runs is None else runs
-    try:
-        terms = parse_selector(selector)
-        extra = [term.field for term in terms if term.field in RUNS.names and term.field not in runs.columns]
-        if extra:
-            runs = run_index(results, extra)
-        chosen = select_runs(runs, terms)
-    except SelectorError as error:
-        raise BadInput(f"{selector!r} in {results}: {error}") from error
-    wanted = {"run_id": list(chosen["run_id"]), "invocation_id": sorted(set(chosen["invocation_id"]))}
+    picked = [_pick(results, selector, runs) for selector in selectors]
+    wanted = {
+        "run_id": sorted({run for chosen in picked for run in chosen["run_id"]}),
+        "invocation_id": sorted({invocation for chosen in picked for invocation in chosen["invocation_id"]}),
+    }
 
     def read(table: str, **more: Any) -> pd.DataFrame:  # the chosen invocations' files only
         paths = store_index.files_for(results, table, wanted["invocation_id"])
         return store.scan_table(results, table, paths=paths, **wanted, **more)
 
-    if store_index.FILE in chosen.columns:  # index rows: the picked runs' every column
-        chosen = chosen[["run_id"]].merge(read("runs").drop_duplicates("run_id"), on="run_id", how="left")
-    steps = read("steps", phase="measure")
-    compiles = read("compiles")
-    return Selection(selector, chosen, steps, compiles)
+    def of(frame: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:  # one selection's rows, in the read's order
+        return frame if len(picked) == 1 else frame[frame["run_id"].isin(chosen["run_id"])].reset_index(drop=True)
+
+    whole = read("runs").drop_duplicates("run_id") if any(store_index.FILE in c.columns for c in picked) else None
+    steps, compiles = read("steps", phase="measure"), read("compiles")
+    found = []
+    for selector, chosen in zip(selectors, picked, strict=True):
+        if store_index.FILE in chosen.columns:  # index rows: the picked runs' every column
+            chosen = chosen[["run_id"]].merge(whole, on="run_id", how="left")
+        found.append(Selection(selector, chosen, of(steps, chosen), of(compiles, chosen)))
+    return found
+
+
+def _pick(results: str, selector: str, runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``runs`` that ``selector`` picks; a term naming a column ``runs`` lacks
+    reads an index with it."""
+    try:
+        terms = parse_selector(selector)
+        extra = [term.field for term in terms if term.field in RUNS.names and term.field not in runs.columns]
+        if extra:
+            runs = run_index(results, extra)
+        return select_runs(runs, terms)
+    except SelectorError as error:
+        raise BadInput(f"{selector!r} in {results}: {error}") from error
 
 
 def with_attained(runs: pd.DataFrame, results: str) -> pd.DataFrame:
@@ -398,9 +438,12 @@ def compare_command(
     serving_sides = select_serving(base_store, baseline), select_serving(results, candidate)
     paired = serving_sides[0] is not None and serving_sides[1] is not None
     try:
-        all_candidate_runs = run_index(results)
-        chosen_candidate = select(results, candidate, all_candidate_runs)
-        chosen_baseline = select(base_store, baseline, all_candidate_runs if base_store == results else None)
+        if base_store == results:  # picked from the index's columns the selectors read, then read together
+            candidate_runs = run_index(results, only=selector_columns(candidate, baseline))
+            chosen_candidate, chosen_baseline = select_each(results, [candidate, baseline], candidate_runs)
+        else:
+            chosen_candidate = select(results, candidate, run_index(results, only=selector_columns(candidate)))
+            chosen_baseline = select(base_store, baseline, run_index(base_store, only=selector_columns(baseline)))
     except BadInput as error:
         if not paired:
             raise
