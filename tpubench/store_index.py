@@ -99,7 +99,7 @@ class _Kept:
     table: pa.Table
     frame: pd.DataFrame | None = None
     version: int = field(default_factory=lambda: next(_VERSIONS))
-    months: dict[str, frozenset[str]] | None = None  # a runs index's: :func:`files_for`
+    months: dict[str, frozenset[str]] | None = None  # a runs index's, each invocation's as asked: :func:`files_for`
     partial: bool = False  # some columns only (:func:`_load`'s ``fields``): never brought up to date or saved
 
 
@@ -315,11 +315,15 @@ def files_for(results: str | Path, table: str, invocations: Any) -> list[str] | 
         if kept is None:
             return None
         if kept.months is None:
-            pairs = kept.table.select(["invocation_id", FILE]).group_by(["invocation_id", FILE]).aggregate([])
-            by_invocation: dict[str, set[str]] = {}
-            for invocation, path in zip(pairs["invocation_id"].to_pylist(), pairs[FILE].to_pylist(), strict=True):
-                by_invocation.setdefault(invocation, set()).add(_month(path))
-            kept.months = {invocation: frozenset(found) for invocation, found in by_invocation.items()}
+            kept.months = {}
+        if missing := wanted - kept.months.keys():  # only the invocations asked about: a year's
+            # 100,000 rows grouped took 0.08 s of a 1.3 s compare that asks about two
+            ids = kept.table["invocation_id"]
+            rows = kept.table.filter(pc.is_in(ids, value_set=pa.array(sorted(missing), ids.type)))
+            found: dict[str, set[str]] = {}
+            for invocation, path in zip(rows["invocation_id"].to_pylist(), rows[FILE].to_pylist(), strict=True):
+                found.setdefault(invocation, set()).add(_month(path))
+            kept.months.update((invocation, frozenset(paths)) for invocation, paths in found.items())
         for invocation in wanted:
             if invocation not in kept.months:
                 return None
