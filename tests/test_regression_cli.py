@@ -523,7 +523,9 @@ def test_a_night_whose_runs_vary_widely_is_inconclusive_never_unchanged(tmp_path
     night = _sleepy_nights(tmp_path, turns, turns)
     assert night.returncode == 0, night.stdout + night.stderr
     runs = store.load_runs(tmp_path / "night2" / "results")
-    assert runs["median_step_ms"].max() > 4 * runs["median_step_ms"].min()  # the runs did vary
+    # the runs did vary: sleeps of 5 to 25 ms, 5x, less each step's own cost, which a busy host
+    # raises (3.4x at a load of 7 once, against the 4x this asked)
+    assert runs["median_step_ms"].max() > 2.5 * runs["median_step_ms"].min()
     step = _step_row(tmp_path / "night2")
     assert step["verdict"] == "inconclusive", step["reason"]
     # what more runs would do: how many would decide a ratio inside the threshold, or, when this
