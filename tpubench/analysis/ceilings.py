@@ -23,6 +23,7 @@ is flagged ``ceiling_low``, a ceiling measured low.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -376,19 +377,16 @@ def matmul_ceilings(ceilings: pd.DataFrame) -> pd.DataFrame:
 
 
 def matmul_dtype(dtype: Any, backend_metrics: Any, precision: Any = None) -> Any:
-    """The ceiling dtype a run's matmuls ran in: a converted precision's (``fp8`` for fp8 and
-    fp8-rowwise, whose ceiling ``torch._scaled_mm`` measures; ``bfloat16`` for the weight-only
-    ones; ``int8``, which no ceiling measures yet, for int8-dq), ``tf32`` for a float32 run
-    whose matmul precision was not "highest" (TF32 tensor cores), else its dtype."""
-    if precisions.is_converted(precision):
-        return precisions.PRECISIONS[precision].matmul
-    if dtype != "float32" or not isinstance(backend_metrics, str):
-        return dtype
-    try:
-        precision = json.loads(backend_metrics).get("float32_matmul_precision", "highest")
-    except (ValueError, AttributeError):
-        return dtype
-    return "tf32" if precision != "highest" else dtype
+    """The ceiling dtype a run's matmuls ran in, as its own MFU's peak was chosen
+    (:func:`tpubench.peaks.matmul_key`), from a stored row: a converted precision's (``fp8`` for
+    fp8 and fp8-rowwise, whose ceiling ``torch._scaled_mm`` measures; ``bfloat16`` for the
+    weight-only ones; ``int8``, which no ceiling measures yet, for int8-dq), ``tf32`` for a
+    float32 run whose matmul precision (in ``backend_metrics``) was not "highest", else its dtype."""
+    highest = "highest"
+    if dtype == "float32" and isinstance(backend_metrics, str):
+        with contextlib.suppress(ValueError, AttributeError):
+            highest = json.loads(backend_metrics).get("float32_matmul_precision", "highest")
+    return peaks.matmul_key(dtype, highest, precision if precisions.is_converted(precision) else None)
 
 
 def attach_attained(runs: pd.DataFrame, ceilings: pd.DataFrame) -> pd.DataFrame:
