@@ -36,18 +36,6 @@ from tpubench.serving.metrics import PERCENTILES
 
 #: a store grows every night: a dashboard left open sees new runs within this (or on Reload)
 TTL_S = 300
-#: what the sidebar filters and the pages' pickers need of every run
-PICKER_COLUMNS = (
-    "run_id",
-    "invocation_id",
-    "started_at",
-    "suite",
-    *identity.CONFIG_KEYS,  # a configuration: layout and a user's model's hash too
-    "status",
-    "tags",
-    "trace_path",
-    "compile_count",  # what the Compilation page opens on: the latest invocation that compiled a graph
-)
 #: one configuration: what a series follows over time and a comparison pairs on
 CONFIG_KEYS = identity.CONFIG_KEYS
 SERVING_MODES = ("prefill", "decode")
@@ -73,7 +61,7 @@ TREND_METRICS = {
     "joules_per_token": "energy per token (J, measured)",
 }
 SERVING_COLUMNS = (
-    *PICKER_COLUMNS,
+    *store_index.PICKER_COLUMNS,
     *(f"{metric}_p{p}_ms" for metric in ("ttft", "tpot", "itl") for p in PERCENTILES),
     "output_tokens_per_s",
     "total_tokens_per_s",

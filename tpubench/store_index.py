@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tpubench import store
-from tpubench.analysis import identity, scaling
+from tpubench.analysis import identity, precision, scaling
 from tpubench.cache_dir import cache_dir
 
 #: a kept index of another format is read again from the store (1: parquet; 2: Arrow IPC,
@@ -47,23 +47,27 @@ FORMAT = 2
 FILE = "__file"
 _METADATA = b"tpubench.index"
 
+#: what the dashboard's sidebar filters and pickers need of every run
+PICKER_COLUMNS = (
+    "run_id",
+    "invocation_id",
+    "started_at",
+    "suite",
+    *identity.CONFIG_KEYS,  # a configuration: layout and a user's model's hash too
+    "status",
+    "tags",
+    "trace_path",
+    "compile_count",  # what the Compilation page opens on: the latest invocation that compiled a graph
+)
 #: what the readers of every run need: selectors (:mod:`tpubench.analysis.select`), a
 #: configuration's identity and label (:mod:`tpubench.analysis.identity`), the dashboard's
-#: filters, pickers and Scaling page. One set, so that the dashboard and ``tpubench compare``
-#: keep one index of a store between them.
+#: filters, pickers, Scaling and Precision & context pages. One set, so that the dashboard and
+#: ``tpubench compare`` keep one index of a store between them.
 RUN_COLUMNS = tuple(
     dict.fromkeys(
         (
-            "run_id",
-            "invocation_id",
-            "started_at",
-            "suite",
-            *identity.CONFIG_KEYS,
-            "status",
-            "tags",
+            *PICKER_COLUMNS,
             "git_sha",
-            "trace_path",
-            "compile_count",  # what the Compilation page opens on
             # the Scaling page's, which reads every invocation
             "median_step_ms",
             "tokens_per_s",
@@ -76,15 +80,10 @@ RUN_COLUMNS = tuple(
             "tp_size",
             "per_device_batch_size",
             "global_batch_size",
-            # the Precision & context page's (tpubench.analysis.precision), which reads every
-            # ok run the filters keep: from the runs files that was 4 s of CPU at 100,000 runs
-            "mfu_peak",
-            "quality_ok",
-            "reference_precision",
-            "loss_rel_diff",
-            "logits_rel_error",
-            "top1_agreement",
-            "attention_kernel",
+            # the Precision & context page's, which reads every ok run the filters keep: from the
+            # runs files that was 4 s of CPU at 100,000 runs
+            *precision.BEST_READS,
+            *precision.LENGTH_READS,
         )
     )
 )

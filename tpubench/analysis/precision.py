@@ -49,6 +49,8 @@ BEST_READS = (
     "logits_rel_error",
     "top1_agreement",
 )
+#: what :func:`tokens_by_length` reads of a run besides its configuration
+LENGTH_READS = ("tokens_per_s", "attention_kernel")
 #: the quality checks' figures, a median of each per group (:func:`quality_text`)
 _QUALITY_FIGURES = ("loss_rel_diff", "logits_rel_error", "top1_agreement")
 LENGTH_COLUMNS = [
@@ -186,7 +188,7 @@ def tokens_by_length(runs: pd.DataFrame) -> pd.DataFrame:
     """Median tokens/s per chip, attention kernel (the one that ran where the row names it,
     else the one asked for: ``auto``), model, mode and batch, at each sequence length: a
     long-context sweep's curve per chip and kernel. Columns: :data:`LENGTH_COLUMNS`."""
-    ok = _ok_with(runs, "tokens_per_s", ("tokens_per_s", "attention_kernel"))
+    ok = _ok_with(runs, "tokens_per_s", LENGTH_READS)
     ok = ok[ok["seq_len"].notna()] if not ok.empty else ok
     if ok.empty:
         return pd.DataFrame(columns=LENGTH_COLUMNS)
