@@ -117,3 +117,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The ``slow`` tests first: xdist hands tests out in this order after the units above,
     so the workers' last tests are short ones and neither waits long for the other at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files each read of a store opens, from now on (every read goes through store.scan_files)."""
+    from tpubench import store
+
+    seen: list[str] = []
+    original = store.scan_files
+
+    def counting(location, table, paths, *args, **kwargs):
+        seen.extend(paths)
+        return original(location, table, paths, *args, **kwargs)
+
+    monkeypatch.setattr(store, "scan_files", counting)
+    return seen

@@ -230,7 +230,7 @@ def test_compacting_a_bucket_without_write_access_is_refused_and_changes_nothing
     assert missing.returncode == 2 and "not a results store" in missing.stderr
 
 
-def test_the_run_index_of_a_bucket_reads_only_new_objects(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_run_index_of_a_bucket_reads_only_new_objects(s3: str, opened: list[str]) -> None:
     """The index kept between processes works in a bucket as on a disk: the same rows as a full
     read, and a later process opens only the objects written since (their identity is the
     listing's size and ETag: no request per object)."""
@@ -245,14 +245,7 @@ def test_the_run_index_of_a_bucket_reads_only_new_objects(s3: str, monkeypatch: 
     expected = store.scan_table(results, "runs", columns)
     pd.testing.assert_frame_equal(frame.sort_values("run_id", ignore_index=True), expected)
     store.InvocationWriter(results, "three", when).add({"run_id": "three", "invocation_id": "three", "status": "ok"})
-    opened: list[str] = []
-    original = store.scan_files
-
-    def counting(location, table, paths, *args, **kwargs):
-        opened.extend(paths)
-        return original(location, table, paths, *args, **kwargs)
-
-    monkeypatch.setattr(store, "scan_files", counting)
+    opened.clear()  # the reads above are not the one this test counts
     store_index.forget()
     assert sorted(store_index.read_index(results, "runs", columns)["run_id"]) == ["one", "three", "two"]
     assert [path.rsplit("/", 1)[-1] for path in opened] == ["three.parquet"]

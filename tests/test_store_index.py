@@ -53,20 +53,6 @@ def indexed(results: Path) -> pd.DataFrame:
     return frame.drop(columns=store_index.FILE).sort_values("run_id", ignore_index=True)
 
 
-@pytest.fixture
-def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files each read of the store opens (every read goes through store.scan_files)."""
-    seen: list[str] = []
-    original = store.scan_files
-
-    def counting(location, table, paths, *args, **kwargs):
-        seen.extend(paths)
-        return original(location, table, paths, *args, **kwargs)
-
-    monkeypatch.setattr(store, "scan_files", counting)
-    return seen
-
-
 def test_the_index_is_a_full_read_and_keeps_up_with_a_store_still_written(results_dir: Path, opened: list[str]) -> None:
     # an older file (no mfu column, schema 1 decode row: read as the readers upgrade it) beside new ones
     old_schema = pa.schema([field for field in store.TABLES["runs"] if field.name != "mfu"])
