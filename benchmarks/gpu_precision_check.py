@@ -1,4 +1,4 @@
-"""The precision and long-context check, for a lent NVIDIA machine (issue 47's device check).
+"""The precision and long-context check, for a lent NVIDIA machine: torchao precisions on a GPU.
 
 Three parts, most important first, each run in its own worker with a timeout through the same
 ``SuiteRunner`` as ``tpubench run``, the store written after every run so that a session cut
