@@ -37,7 +37,8 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, cached_property
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -203,13 +204,23 @@ def _timed(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[~runs["status"].isin(UNTIMED)]
 
 
+def _group_positions(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, np.ndarray]:
+    """The row positions of ``runs`` by ``keys``, in sorted key order with nulls last, as
+    ``groupby(dropna=False)`` orders them; a null key value (a dimension the workload does not
+    take) is None, so that the same configuration finds itself in another frame (NaN equals
+    nothing). Grouped in Python over the key columns' values: a side of a comparison has tens
+    of runs, and pandas' groupby over 19 keys cost 15 ms of fixed overhead per call."""
+    columns = [[None if pd.isna(value) else value for value in runs[key].tolist()] for key in keys]
+    found: dict[tuple, list[int]] = {}
+    for position, key in enumerate(zip(*columns, strict=True)):
+        found.setdefault(key, []).append(position)
+    ordered = sorted(found, key=lambda key: tuple((value is None, value) for value in key))
+    return {key: np.asarray(found[key]) for key in ordered}
+
+
 def _groups(runs: pd.DataFrame, keys: list[str]) -> dict[tuple, pd.DataFrame]:
-    """``runs`` by ``keys``; a null key value (a dimension the workload does not take) is None,
-    so that the same configuration finds itself in another frame (NaN equals nothing)."""
-    return {
-        tuple(None if pd.isna(value) else value for value in (key if isinstance(key, tuple) else (key,))): group
-        for key, group in runs.groupby(keys, dropna=False, sort=True)
-    }
+    """``runs`` by ``keys`` (:func:`_group_positions`)."""
+    return {key: runs.iloc[positions] for key, positions in _group_positions(runs, keys).items()}
 
 
 def _sides(runs: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
@@ -218,19 +229,72 @@ def _sides(runs: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFram
     return list(_groups(runs, rest).items()) if rest else [((), runs)]
 
 
+def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`configurations` of ``runs``' configuration columns only (and not a copy of all 150)."""
+    return configurations(runs[[column for column in runs.columns if column in CONFIG_KEYS]])
+
+
+class _Configured:
+    """A side's runs, its configurations' row positions, and each configuration's frame, read
+    by :func:`configurations` and cut out when a pair first needs one: in one reordering, then
+    a slice per configuration (a frame cut per configuration costs 3 ms each, at 150 columns).
+    A reader whose pairs come from its cache (the dashboard, as its filters change) keys them
+    on the run ids and never cuts the frames: 30 ms of every Compare rerun."""
+
+    def __init__(self, runs: pd.DataFrame, keys: list[str]) -> None:
+        self.runs = runs
+        groups = _group_positions(_keyed(runs), keys)
+        self.keys, self.positions = list(groups), list(groups.values())
+
+    @cached_property
+    def frames(self) -> list[pd.DataFrame]:
+        ordered = configurations(self.runs).take(np.concatenate([*self.positions, np.zeros(0, dtype=int)]))
+        bounds = np.cumsum([0, *(len(positions) for positions in self.positions)])
+        return [ordered.iloc[start:stop] for start, stop in pairwise(bounds)]
+
+    def sides(self) -> dict[tuple, Side]:
+        return {key: Side(self, index) for index, key in enumerate(self.keys)}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's runs of a configuration (the ``index``-th of the side's), as
+    :func:`configurations` reads them."""
+
+    configured: _Configured
+    index: int
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.configured.frames[self.index]
+
+    def run_ids(self) -> tuple[str, ...]:
+        positions = self.configured.positions[self.index]
+        return tuple(sorted(self.configured.runs["run_id"].to_numpy()[positions]))
+
+
 @dataclass(frozen=True)
 class Pair:
     """One configuration of a comparison: its key values and its runs on each side (None on a
     side that did not run it: an unpaired configuration)."""
 
     identity: dict[str, Any]
-    base: pd.DataFrame | None
-    test: pd.DataFrame | None
+    base_side: Side | None
+    test_side: Side | None
+
+    @property
+    def base(self) -> pd.DataFrame | None:
+        return None if self.base_side is None else self.base_side.frame
+
+    @property
+    def test(self) -> pd.DataFrame | None:
+        return None if self.test_side is None else self.test_side.frame
 
     def run_ids(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Each side's run ids, sorted: what the pair's rows depend on, so a cache can key on them."""
-        ids = lambda side: () if side is None else tuple(sorted(side["run_id"]))  # noqa: E731
-        return ids(self.base), ids(self.test)
+        """Each side's run ids, sorted: what the pair's rows depend on, so a cache can key on
+        them (read without cutting the sides' frames out)."""
+        ids = lambda side: () if side is None else side.run_ids()  # noqa: E731
+        return ids(self.base_side), ids(self.test_side)
 
 
 def pairs(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, keys: list[str]) -> list[Pair]:
@@ -242,8 +306,7 @@ def pairs(baseline_runs: pd.DataFrame, candidate_runs: pd.DataFrame, keys: list[
     computation, where there are some (:mod:`tpubench.analysis.identity`: the plan applies to
     nothing on one device), so a sweep's night still compares with a night of plain runs;
     the pair keeps the plan's key and its reason names both plans (:func:`_annotated`)."""
-    baseline_runs, candidate_runs = configurations(_timed(baseline_runs)), configurations(_timed(candidate_runs))
-    base_groups, test_groups = _groups(baseline_runs, keys), _groups(candidate_runs, keys)
+    base_groups, test_groups = (_Configured(_timed(runs), keys).sides() for runs in (baseline_runs, candidate_runs))
     order = sorted(set(base_groups) | set(test_groups), key=lambda k: tuple(str(v) for v in k))
     found = {key: [base_groups.get(key), test_groups.get(key)] for key in order}
     if {"devices", "parallel"} <= set(keys):
