@@ -196,14 +196,15 @@ def run_index(results: str) -> Loaded:
     (:func:`_read_run_index`); the frame itself is kept in this process, not in Streamlit's
     cache, which pickled it on a first render and unpickled it on every rerun: 0.1 to 0.2 s
     each way over a year of a fleet's runs, on every filter change of every page. Each caller
-    gets its own copy, as the cache gave one.
+    gets its own copy, as the cache gave one: a shallow one, which pandas' copy-on-write keeps
+    apart from the kept frame (a deep one cost 15 ms of every rerun over 100,000 runs).
 
     Raises :class:`tpubench.store.StoreError` when the store does not exist.
     """
     skipped = _read_run_index(results)
     kept = _PROCESSED.get(results)
     frame = kept[1] if kept is not None else _processed(results).frame
-    return Loaded(frame.copy(), skipped)
+    return Loaded(frame.copy(deep=False), skipped)  # copy-on-write: a caller's changes stay its own
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the results store ...")
@@ -313,8 +314,17 @@ class Filters:
     since: date | None = None
     until: date | None = None
 
+    @property
+    def active(self) -> bool:
+        """Whether any filter is set."""
+        dated = self.since is not None or self.until is not None
+        return dated or bool(self.tags) or any(values for _, values in self.columns)
+
     def apply(self, runs: pd.DataFrame) -> pd.DataFrame:
-        """The rows of ``runs`` (index rows) the filters keep."""
+        """The rows of ``runs`` (index rows) the filters keep; ``runs`` itself (a shallow copy)
+        when no filter is set, rather than a copy of every row (40 ms over 100,000 runs)."""
+        if not self.active:
+            return runs.copy(deep=False)
         mask = np.ones(len(runs), dtype=bool)
         for column, values in self.columns:
             if values:

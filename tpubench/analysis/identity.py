@@ -98,6 +98,14 @@ def spec_key(values: dict) -> tuple:
     return tuple(None if pd.isna(row[key]) else row[key] for key in CONFIG_KEYS if key != "device")
 
 
+#: what a label reads of a row, beside :data:`SHAPE_COLUMNS` and the side's backend and device
+LABEL_COLUMNS = ("workload", "size", "mode", "dtype", "precision", "model_hash", "attention")
+#: labels made in this process, by what they read of a row: a store holds few configurations
+#: and its readers label the same ones over and over (the dashboard, on every rerun of a page)
+_LABELLED: dict[tuple, object] = {}
+_LABELLED_MAX = 100_000
+
+
 def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = False) -> pd.Series:
     """Each row's configuration in words, as every table, chart and picker shows it:
     ``gpt2/tiny train bfloat16 4x128 fsdp2`` (``fsdp1`` for a 1-device run under a plan,
@@ -106,6 +114,27 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
     ``model 68ee1cc9``, so that two models under one reference never read as one. A user's
     model is named as :func:`tpubench.spec.model_label` names it, by its workload, which says
     its task and non-default config: ``bench_mine:make_model(hidden=128) train float32 16``."""
+    # each distinct configuration is labelled once (:data:`_LABELLED`): a label took 12 ms of
+    # pandas per call whatever the rows, and a page calls this three or four times per rerun
+    prefix = "" if "backend" in frame else "test_"
+    sides = (f"{prefix}backend", f"{prefix}device") if backend else ()
+    read = [column for column in (*LABEL_COLUMNS, *sides) if column in frame]
+    read += [column for column in frame.columns if column in SHAPE_COLUMNS]
+    values = [_keyable(frame[column]) for column in read]
+    if frame.empty or not read:
+        return _made_labels(frame, dtype=dtype, backend=backend)
+    keys = [(dtype, backend, tuple(read), row) for row in zip(*values, strict=True)]
+    missing = {key: position for position, key in enumerate(keys) if key not in _LABELLED}
+    if missing:
+        if len(_LABELLED) + len(missing) > _LABELLED_MAX:
+            _LABELLED.clear()
+        made = _made_labels(frame.iloc[list(missing.values())], dtype=dtype, backend=backend)
+        _LABELLED.update(zip(missing, made.tolist(), strict=True))
+    return pd.Series([_LABELLED[key] for key in keys], index=frame.index, dtype=object)
+
+
+def _made_labels(frame: pd.DataFrame, *, dtype: bool, backend: bool) -> pd.Series:
+    """:func:`config_labels`, made."""
     # joined per row from columns read once, as shape_labels does (pandas' string operations
     # cost about a millisecond each, and a label took a dozen of them beside the shape's)
     columns = [_texts(frame[column]) for column in ("workload", "size", "mode", *(("dtype",) if dtype else ()))]
@@ -141,6 +170,14 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
             label = f"{label} {kernel} attention"
         labels.append(label if model is None else f"{label} model {model[:8]}")
     return pd.Series(labels, index=frame.index, dtype=object)
+
+
+def _keyable(values: pd.Series) -> list:
+    """A column's values, None where missing: NaN, unlike None, equals nothing, not even itself."""
+    listed = values.tolist()
+    if not values.hasnans:
+        return listed
+    return [None if value is None or value is pd.NA or value != value else value for value in listed]
 
 
 def _texts(values: pd.Series) -> list[str | None]:
