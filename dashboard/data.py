@@ -21,6 +21,8 @@ from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import streamlit as st
 
 from dashboard import RESULTS_ENV, STORE_SEPARATOR
@@ -401,6 +403,15 @@ def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
     ordered = runs.sort_values("started_at", kind="stable")
     latest = identity.configurations(ordered).groupby(list(CONFIG_KEYS), dropna=False, sort=False).tail(1)
     return ordered.loc[latest.index]
+
+
+def position_of(index: pd.DataFrame, run_id: str) -> int:
+    """The row of ``run_id`` in ``index`` (a run index: every run once), found in Arrow (a
+    comparison of 100,000 strings in pandas cost 5 ms, and a page asked three times)."""
+    found = pc.index(pa.array(index["run_id"]), run_id).as_py()
+    if found < 0:
+        raise KeyError(run_id)
+    return found
 
 
 def series_label(runs: pd.DataFrame) -> pd.Series:

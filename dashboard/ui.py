@@ -158,13 +158,22 @@ def invocation_picker(
     )
 
 
-def run_picker(candidates: pd.DataFrame, index: pd.DataFrame, label: str, key: str = "run") -> str | None:
-    """A choice among the newest :data:`RUN_CHOICES` runs of ``candidates``, plus the one the URL
-    names if the store has it (a link to a run works whatever the filters). None when there is none."""
+def run_picker(
+    candidates: pd.DataFrame,
+    index: pd.DataFrame,
+    label: str,
+    key: str = "run",
+    total: int | None = None,
+    needs: str | None = None,
+) -> str | None:
+    """A choice among the newest :data:`RUN_CHOICES` runs of ``candidates`` (of ``total``, where
+    the caller passed only the newest), plus the one the URL names if the store has it with
+    ``needs`` set (a link to a run works whatever the filters). None when there is none."""
     wanted = st.session_state.get(key) or next(iter(st.query_params.get_all(key)[-1:]), None)
-    recent = candidates.iloc[::-1].head(RUN_CHOICES)
+    recent = candidates.tail(RUN_CHOICES).iloc[::-1]  # not a reversed copy of 100,000 rows
     if wanted and wanted not in set(recent["run_id"]):
         found = index[index["run_id"] == wanted]
+        found = found if needs is None else found[found[needs].notna()]
         if found.empty:
             st.warning(f"There is no run `{wanted}` in this store; pick one below.")
         recent = pd.concat([found, recent])
@@ -173,9 +182,15 @@ def run_picker(candidates: pd.DataFrame, index: pd.DataFrame, label: str, key: s
     labels = dict(zip(recent["run_id"], data.run_label(recent), strict=True))
     options = list(labels)
     state.bind(key, options[0], choices=options)
-    if len(candidates) > RUN_CHOICES:
-        label += f" (the newest {RUN_CHOICES} of {len(candidates):,}; narrow the filters for older ones)"
+    total = len(candidates) if total is None else total
+    if total > RUN_CHOICES:
+        label += f" (the newest {RUN_CHOICES} of {total:,}; narrow the filters for older ones)"
     return st.selectbox(label, options, format_func=labels.__getitem__, key=key)
+
+
+def invocation_of(view: View, run_id: str) -> str:
+    """The invocation that stored ``run_id``, whatever the filters."""
+    return view.index["invocation_id"].iloc[data.position_of(view.index, run_id)]
 
 
 def table(data: Any, links: tuple[str, ...] = (), where: Any = st, **options: Any) -> None:

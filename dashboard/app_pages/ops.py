@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -26,8 +27,7 @@ RANKED_COLUMNS = {
 
 
 def _ops_of(view: ui.View, run_id: str) -> pd.DataFrame:
-    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
-    loaded = data.run_ops(view.results, invocation, run_id)
+    loaded = data.run_ops(view.results, ui.invocation_of(view, run_id), run_id)
     ui.warn_skipped(loaded.skipped)
     return loaded.frame
 
@@ -47,8 +47,7 @@ def ranked_table(ranked: pd.DataFrame) -> pd.DataFrame:
 
 def _roofline_of(view: ui.View, run_id: str) -> tuple[str, pd.DataFrame, roofline.RooflineCeilings]:
     """A run's ops by shape against its ceilings (:func:`data.run_roofline`), with the run's label."""
-    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
-    return run_id, *data.run_roofline(view.results, invocation, run_id)
+    return run_id, *data.run_roofline(view.results, ui.invocation_of(view, run_id), run_id)
 
 
 SHARE_COLUMNS = {"time_us_per_step": "µs per step", "time_share": "% of step"}
@@ -89,12 +88,15 @@ def main() -> None:
     if view is None:
         return
     st.title("Ops")
-    profiled = view.runs[view.runs["trace_path"].notna()]
-    if profiled.empty:
+    traced = np.flatnonzero(view.runs["trace_path"].notna().to_numpy())
+    if not len(traced):
         st.info("No profiled run matches the filters. `--profile` traces a run and fills this page, e.g.:")
         st.code("tpubench run --workload gpt2 --size tiny --profile", language="bash")
         return
-    run_id = ui.run_picker(profiled, view.index[view.index["trace_path"].notna()], "Profiled run")
+    # the newest only, all that the pickers list (the second one less the first's run), not
+    # a copy of every profiled run of a year
+    profiled = view.runs.iloc[traced[-(ui.RUN_CHOICES + 1) :]]
+    run_id = ui.run_picker(profiled, view.index, "Profiled run", total=len(traced), needs="trace_path")
     if run_id is None:
         return
     ops = _ops_of(view, run_id)
@@ -128,7 +130,7 @@ def main() -> None:
         st.caption(
             f"{source} ops from the {first['tool']}; {int(steps)} traced steps of {traced_ms:.2f} ms{per_device}"
         )
-    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    invocation = ui.invocation_of(view, run_id)
     figures = ("run_id", "median_step_ms", "collective_ms", "collective_share")
     run = data.runs(view.results, (invocation,), (run_id,), figures).frame
     median = run["median_step_ms"]

@@ -203,7 +203,7 @@ def main() -> None:
     run_id = ui.run_picker(view.runs, view.index, "Run")
     if run_id is None:
         return
-    invocation = view.index.loc[view.index["run_id"] == run_id, "invocation_id"].iloc[0]
+    invocation = ui.invocation_of(view, run_id)
     loaded = data.runs(view.results, (invocation,), (run_id,))
     ui.warn_skipped(loaded.skipped)
     if loaded.frame.empty:
