@@ -88,7 +88,9 @@ def sidebar() -> None:
     if st.sidebar.button("Reload results", help=reload_help):
         st.cache_data.clear()
         st.rerun()
-    st.session_state[_VIEW] = View(results, index, filters.apply(index), loaded.skipped, filters=filters)
+    st.session_state[_VIEW] = View(
+        results, index, data.filtered(results, index, filters), loaded.skipped, filters=filters
+    )
 
 
 def empty_state(view: View) -> None:
