@@ -844,3 +844,59 @@ def test_one_frame_of_both_sides_steps_counts_each_sample_once():
         step_row(doubled)["ci_high"] - step_row(doubled)["ci_low"]
         < step_row(apart)["ci_high"] - step_row(apart)["ci_low"]
     )
+
+
+def test_configurations_group_in_the_order_pandas_groups_them_nulls_last():
+    """compare groups a side's runs in Python (:func:`compare._groups`), not by pandas' groupby,
+    for speed: the same groups, in the same order (sorted, a null key value last and read as
+    None), each with its own rows, or the rows of a comparison would come out reordered."""
+    rows = [
+        {"run_id": f"r{i}", "workload": workload, "seq_len": seq_len, "backend": backend, "device": device}
+        for i, (workload, seq_len, backend, device) in enumerate(
+            [
+                ("llama3", 512, "cuda", "H100"),
+                ("gpt2", None, "cpu", None),
+                ("gpt2", 128, "cpu", "EPYC"),
+                ("bert", 128, "tpu", "v5e"),
+                ("gpt2", None, "cpu", None),
+                ("gpt2", 128, "cpu", None),
+                ("gpt2", 64, "cuda", "H100"),
+            ]
+        )
+    ]
+    frame = runs_frame(rows)
+    keys = ["workload", "seq_len", "device"]
+    ours = compare._groups(frame, keys)
+    pandas_order = [
+        tuple(None if pd.isna(value) else value for value in key) for key, _ in frame.groupby(keys, dropna=False)
+    ]
+    assert list(ours) == pandas_order
+    assert pandas_order[1:3] == [("gpt2", 64.0, "H100"), ("gpt2", 128.0, "EPYC")]  # a real ordering to compare
+    for key, group in frame.groupby(keys, dropna=False):
+        normal = tuple(None if pd.isna(value) else value for value in key)
+        assert list(ours[normal]["run_id"]) == list(group["run_id"])
+
+
+def test_a_label_is_the_same_made_once_or_again_and_each_layout_has_its_own():
+    """config_labels keeps each configuration's label once made (identity._LABELLED); a label
+    given from there is the one made afresh, and rows that differ only in a column a label
+    reads (the devices, a column a frame lacks) never share one."""
+    frame = runs_frame(
+        [
+            {"run_id": "a", "seq_len": 128},
+            {"run_id": "b", "seq_len": None, "workload": "bert"},
+            {"run_id": "c", "devices": 2, "parallel": "fsdp"},
+            {"run_id": "d", "precision": "fp8", "dtype": "bfloat16"},
+        ]
+    )
+    identity._LABELLED.clear()
+    for options in ({}, {"dtype": False}, {"backend": True}):
+        made = identity.config_labels(frame, **options)
+        kept = identity.config_labels(frame, **options)
+        assert kept.tolist() == made.tolist()
+        identity._LABELLED.clear()
+        assert identity.config_labels(frame.iloc[::-1], **options).tolist() == made.tolist()[::-1]
+    labels = identity.config_labels(frame).tolist()
+    assert len(set(labels)) == 4 and "fsdp2" in labels[2] and "fp8" in labels[3]
+    without = identity.config_labels(frame.drop(columns=["devices", "parallel"])).tolist()
+    assert without[2] != labels[2] and without[2] == without[0]  # no layout column: one device, no plan
