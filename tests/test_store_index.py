@@ -130,6 +130,7 @@ def test_a_kept_index_that_cannot_be_trusted_is_read_again(results_dir: Path) ->
     night(results_dir, "one")
     expected = indexed(results_dir)
     kept = store_index.kept_path(results_dir, "runs", COLUMNS)
+    store_index.finish_saving()  # written in the background
     assert kept.is_file()
     for damage in (b"not parquet", None):
         store_index.forget()
@@ -137,6 +138,7 @@ def test_a_kept_index_that_cannot_be_trusted_is_read_again(results_dir: Path) ->
             other = results_dir.parent / "other"
             night(other, "elsewhere")
             indexed(other)
+            store_index.finish_saving()
             kept.write_bytes(store_index.kept_path(other, "runs", COLUMNS).read_bytes())
         else:
             kept.write_bytes(damage)

@@ -20,6 +20,7 @@ the store, which may be read-only (a shared folder, a bucket without write acces
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import itertools
@@ -245,6 +246,7 @@ def _holds(kept: _Kept, fields: Sequence[str] | None) -> bool:
 def _load(key: tuple[str, str, tuple[str, ...]], fields: Sequence[str] | None = None) -> _Kept | None:
     """The cache folder's index for ``key``, or None where there is none it can trust; with
     ``fields``, only those of its columns are read (a fifth of the time for five of 40)."""
+    _finish_saving(key)
     try:
         with pa.OSFile(str(_path(key))) as source:
             reader = pa.ipc.open_file(source)
@@ -263,12 +265,41 @@ def _load(key: tuple[str, str, tuple[str, ...]], fields: Sequence[str] | None = 
 
 
 def _save(key: tuple[str, str, tuple[str, ...]], kept: _Kept) -> None:
-    """Keep ``kept`` in the cache folder, atomically; where it cannot be written (a read-only
-    home), nothing is kept and the next process reads the store again."""
+    """Keep ``kept`` in the cache folder, atomically, in a thread of its own: the reader goes on
+    with the rows while Arrow compresses and writes them (0.3 s over 100,000 runs, a sixth of a
+    ``tpubench compare`` on a machine that never read the store), and this process waits for
+    the write before it reads the file (:func:`_load`) or exits (:func:`finish_saving`). Where
+    it cannot be written (a read-only home), nothing is kept and the next process reads the
+    store again."""
     meta = {"format": FORMAT, "key": [key[0], key[1], list(key[2])], "files": kept.files}
     table = kept.table.replace_schema_metadata({_METADATA: json.dumps(meta).encode()})
-    with contextlib.suppress(OSError):
-        _write_atomic(table, _path(key))
+    path = _path(key)  # the cache folder of now, whatever the environment says by the time it is written
+
+    def write() -> None:
+        with contextlib.suppress(OSError):
+            _write_atomic(table, path)
+
+    _finish_saving(key)  # one write of a key at a time, in order: a newer index is never overwritten
+    _SAVING[key] = thread = threading.Thread(target=write, name="tpubench-index-save")
+    thread.start()
+
+
+#: the kept indexes being written to the cache folder, by key
+_SAVING: dict[tuple[str, str, tuple[str, ...]], threading.Thread] = {}
+
+
+def _finish_saving(key: tuple[str, str, tuple[str, ...]]) -> None:
+    thread = _SAVING.pop(key, None)
+    if thread is not None:
+        thread.join()
+
+
+@atexit.register
+def finish_saving() -> None:
+    """Wait for every kept index this process is writing (at exit, and for a reader that looks
+    at the cache folder's files itself)."""
+    for key in list(_SAVING):
+        _finish_saving(key)
 
 
 def _write_atomic(table: pa.Table, path: Path) -> None:
