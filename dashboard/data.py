@@ -433,8 +433,8 @@ def last_two_nights(runs: pd.DataFrame) -> Nights | None:
 def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
     """The most recent run of each configuration (:data:`CONFIG_KEYS`) in ``runs``."""
     ordered = runs.sort_values("started_at", kind="stable")
-    keyed = identity.configurations(ordered[[column for column in ordered.columns if column in CONFIG_KEYS]])
-    latest = keyed.groupby(list(CONFIG_KEYS), dropna=False, sort=False).tail(1)  # not over every column
+    keyed = identity.configurations(ordered, keep=())  # grouped: not over every column
+    latest = keyed.groupby(list(CONFIG_KEYS), dropna=False, sort=False).tail(1)
     return ordered.loc[latest.index]
 
 

@@ -229,11 +229,6 @@ def _sides(runs: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFram
     return list(_groups(runs, rest).items()) if rest else [((), runs)]
 
 
-def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`configurations` of ``runs``' configuration columns only (and not a copy of all 150)."""
-    return configurations(runs[[column for column in runs.columns if column in CONFIG_KEYS]])
-
-
 class _Configured:
     """A side's runs, its configurations' row positions, and each configuration's frame, read
     by :func:`configurations` and cut out when a pair first needs one: in one reordering, then
@@ -243,7 +238,7 @@ class _Configured:
 
     def __init__(self, runs: pd.DataFrame, keys: list[str]) -> None:
         self.runs = runs
-        groups = _group_positions(_keyed(runs), keys)
+        groups = _group_positions(configurations(runs, keep=()), keys)
         self.keys, self.positions = list(groups), list(groups.values())
 
     @cached_property

@@ -29,6 +29,8 @@ Two decisions are made here for all of them:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pandas as pd
 
 from tpubench.analysis.shapes import shape_labels
@@ -48,11 +50,15 @@ ANY_ATTENTION = {"attention": ATTENTION_DEFAULT}
 SHAPE_COLUMNS = frozenset({"batch_size", *DIMENSIONS, "gen_len", *ONE_DEVICE, *ONE_HOST})
 
 
-def configurations(runs: pd.DataFrame) -> pd.DataFrame:
+def configurations(runs: pd.DataFrame, keep: Iterable[str] | None = None) -> pd.DataFrame:
     """``runs`` with every :data:`CONFIG_KEYS` column, read as one configuration is: a column a
     frame lacks (a store from before it) is null, or for the layout one device with no plan on
     one host; a 1-device row keeps its plan, with tensor-parallel degree 1 and no scaling (see
-    the module doc). A copy; other columns as they were."""
+    the module doc). A copy; other columns as they were, or with ``keep`` only those of them:
+    a reader that groups by configuration need not copy the 150 columns of a runs frame."""
+    if keep is not None:
+        kept = {*CONFIG_KEYS, *keep}
+        runs = runs[[column for column in runs.columns if column in kept]]
     frame = runs.copy()
     for column in CONFIG_KEYS:
         if column not in frame:
@@ -120,9 +126,9 @@ def config_labels(frame: pd.DataFrame, *, dtype: bool = True, backend: bool = Fa
     sides = (f"{prefix}backend", f"{prefix}device") if backend else ()
     read = [column for column in (*LABEL_COLUMNS, *sides) if column in frame]
     read += [column for column in frame.columns if column in SHAPE_COLUMNS]
-    values = [_keyable(frame[column]) for column in read]
     if frame.empty or not read:
         return _made_labels(frame, dtype=dtype, backend=backend)
+    values = [_keyable(frame[column]) for column in read]
     keys = [(dtype, backend, tuple(read), row) for row in zip(*values, strict=True)]
     missing = {key: position for position, key in enumerate(keys) if key not in _LABELLED}
     if missing:

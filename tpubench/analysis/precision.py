@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from tpubench.analysis.identity import CONFIG_KEYS, configurations
+from tpubench.analysis.identity import configurations
 from tpubench.analysis.prices import Price, device_kind, device_price
 from tpubench.precision import choices as precisions
 
@@ -37,7 +37,7 @@ BEST_COLUMNS = [
     "quality_ok",
     "quality",
 ]
-#: what :func:`best_precision` reads of a run besides its configuration (:data:`CONFIG_KEYS`)
+#: what :func:`best_precision` reads of a run besides its configuration (:data:`tpubench.analysis.identity.CONFIG_KEYS`)
 BEST_READS = (
     "dtype",
     "tokens_per_s",
@@ -213,7 +213,7 @@ def _ok_with(runs: pd.DataFrame, column: str, reads: tuple[str, ...]) -> pd.Data
     if runs.empty or column not in runs:
         return runs.iloc[0:0]
     kept = runs[(runs["status"] == "ok") & runs[column].notna()]
-    return configurations(kept[[name for name in kept.columns if name in {*CONFIG_KEYS, *reads}]])
+    return configurations(kept, keep=reads)
 
 
 def _median(runs: pd.DataFrame, column: str) -> float | None:
