@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -234,20 +235,31 @@ def _processed(results: str) -> Loaded:
 
 
 #: the sidebar's choices of each ``results``' index, by the kept indexes it came from
-_CHOICES: dict[str, tuple[tuple[int | None, ...], dict[str, list]]] = {}
+_CHOICES: dict[str, tuple[tuple, dict[str, list]]] = {}
+
+
+def _while_index_holds(kept: dict[str, tuple[tuple, Any]], results: str, asked: object, make: Callable[[], Any]) -> Any:
+    """``make()``, kept in ``kept`` for ``results`` while the kept run indexes it reads
+    (:func:`index_versions`) and ``asked`` (what ``make`` was asked for) stay the same."""
+    versions = index_versions(results)
+    known = kept.get(results)
+    if known is None or known[0] != (versions, asked) or None in versions:
+        known = ((versions, asked), make())
+        kept[results] = known
+    return known[1]
 
 
 def filter_choices(results: str, index: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, list]:
     """Each of ``columns``' values in ``index`` (the run index of ``results``), sorted, and
     ``tag_pairs``: every ``key=value`` tag; made again only when the index changed, not on every
     rerun (0.02-0.03 s of each over a year of a fleet's runs)."""
-    versions = index_versions(results)
-    known, made = _CHOICES.get(results, ((), None))
-    if made is None or known != versions or None in versions or set(made) != {*columns, "tag_pairs"}:
+
+    def make() -> dict[str, list]:
         made = {column: sorted(index[column].dropna().unique()) for column in columns}
         made["tag_pairs"] = sorted({pair for pairs in index["tag_pairs"] for pair in pairs})
-        _CHOICES[results] = (versions, made)
-    return made
+        return made
+
+    return _while_index_holds(_CHOICES, results, columns, make)
 
 
 def index_versions(results: str) -> tuple[int | None, ...]:
@@ -345,19 +357,14 @@ class Filters:
 
 
 #: what each ``results``' filters kept last, by the kept indexes it came from and the filters
-_FILTERED: dict[str, tuple[tuple[int | None, ...], Filters, pd.DataFrame]] = {}
+_FILTERED: dict[str, tuple[tuple, pd.DataFrame]] = {}
 
 
 def filtered(results: str, index: pd.DataFrame, filters: Filters) -> pd.DataFrame:
     """``filters.apply(index)`` (``index``: the run index of ``results``), kept while the filters
     and the index stay: a page's own widgets (a picker, a radio) rerun it with the same filters,
     which filtered 100,000 runs again each time (30 ms). Each caller gets its own (shallow) copy."""
-    versions = index_versions(results)
-    known = _FILTERED.get(results)
-    if known is None or known[0] != versions or None in versions or known[1] != filters:
-        known = (versions, filters, filters.apply(index))
-        _FILTERED[results] = known
-    return known[2].copy(deep=False)
+    return _while_index_holds(_FILTERED, results, filters, lambda: filters.apply(index)).copy(deep=False)
 
 
 def invocations(runs: pd.DataFrame) -> pd.DataFrame:
