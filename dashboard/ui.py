@@ -174,7 +174,10 @@ def run_picker(
     wanted = st.session_state.get(key) or next(iter(st.query_params.get_all(key)[-1:]), None)
     recent = candidates.tail(RUN_CHOICES).iloc[::-1]  # not a reversed copy of 100,000 rows
     if wanted and wanted not in set(recent["run_id"]):
-        found = index[index["run_id"] == wanted]
+        try:
+            found = index.iloc[[data.position_of(index, wanted)]]
+        except KeyError:
+            found = index.iloc[0:0]
         found = found if needs is None else found[found[needs].notna()]
         if found.empty:
             st.warning(f"There is no run `{wanted}` in this store; pick one below.")
